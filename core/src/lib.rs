@@ -1,0 +1,35 @@
+//! flashgate-core: every decision of one product's flash-sale gate.
+//!
+//! This crate is a pure state machine in the style of quinn-proto. It does no
+//! I/O, reads no clock, spawns nothing and awaits nothing: every entry point
+//! takes `now_ms`, and the caller (the Durable Object shell) moves time,
+//! storage and network in and out. That is what lets the simulator in
+//! `tests/sim.rs` drive it through millions of interleavings from a seed.
+//!
+//! The contract is DESIGN.md's invariants:
+//! - I1: `available + held + sold == stock_total`, asserted wherever units
+//!   move.
+//! - I3: a retried reserve with the same idempotency key replays its answer
+//!   and never takes stock twice.
+//! - I4: a reservation resolves once: `held -> confirmed | cancelled |
+//!   expired`; a confirm at or after expiry is refused.
+//! - Every confirmation enters the outbox in the same call (for I2).
+
+pub mod config;
+pub mod gate;
+pub mod outbox;
+pub mod outcome;
+pub mod rows;
+pub mod stats;
+mod store;
+
+pub use config::{limits, Config, ConfigError, Mode, Phase};
+pub use gate::{Gate, ReservationView, SetupError};
+pub use outbox::{backoff_ms, OutboxEntry};
+pub use outcome::{
+    AckOutcome, AdminOutcome, CancelOutcome, ConfirmOutcome, Confirmation, InvalidInput,
+    ReservationId, ReserveOutcome,
+};
+pub use rows::{Change, MetaRow, ReservationRow, RestoreError, Row, RowKey};
+pub use stats::{Counters, Stats};
+pub use store::HoldState;

@@ -1,0 +1,186 @@
+//! The transactional outbox: confirmations waiting to reach the origin.
+//!
+//! An entry is made in the same call that confirms the reservation, so the
+//! shell writes both in one storage transaction. Delivery is at least once:
+//! an entry leaves the outbox only when the origin acknowledged it, and the
+//! origin inserts idempotently by reservation id (I2). There is no retry
+//! limit, because dropping an entry would lose an order; instead the backoff
+//! is capped and the attempt count is visible in the stats, for alerting.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use crate::config::limits;
+use crate::outcome::{AckOutcome, ReservationId};
+
+/// One confirmed reservation on its way to the origin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutboxEntry {
+    pub seq: u64,
+    pub reservation_id: ReservationId,
+    pub buyer: Arc<str>,
+    pub quantity: u32,
+    pub payment_ref: Box<str>,
+    pub confirmed_at_ms: u64,
+}
+
+/// A batch handed to the shell and not yet acked or nacked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Lease {
+    up_to_seq: u64,
+    until_ms: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Outbox {
+    /// Entry `i` has sequence `acked_seq + 1 + i`.
+    entries: VecDeque<OutboxEntry>,
+    pub acked_seq: u64,
+    /// Failed deliveries since the last success.
+    pub attempts: u32,
+    /// No batch is handed out before this instant.
+    pub retry_at_ms: u64,
+    /// Not persisted: after a restart the batch is simply handed out again,
+    /// which at-least-once delivery allows.
+    lease: Option<Lease>,
+}
+
+/// The delay before retry number `attempt` (1-based): exponential from
+/// `OUTBOX_BACKOFF_BASE_MS`, capped at `OUTBOX_BACKOFF_CAP_MS`, with "equal
+/// jitter" in `[delay / 2, delay]` drawn from the caller's seed, so that many
+/// products failing together do not retry in lockstep.
+pub fn backoff_ms(attempt: u32, jitter_seed: u64) -> u64 {
+    let doublings = attempt.saturating_sub(1).min(20);
+    let delay = (limits::OUTBOX_BACKOFF_BASE_MS << doublings).min(limits::OUTBOX_BACKOFF_CAP_MS);
+    let half = delay / 2;
+    half + splitmix64(jitter_seed) % (delay - half + 1)
+}
+
+/// A small, well-known mixing function; the caller supplies the randomness.
+fn splitmix64(seed: u64) -> u64 {
+    let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl Outbox {
+    pub fn restored(acked_seq: u64, attempts: u32, retry_at_ms: u64) -> Outbox {
+        Outbox {
+            entries: VecDeque::new(),
+            acked_seq,
+            attempts,
+            retry_at_ms,
+            lease: None,
+        }
+    }
+
+    pub fn next_seq(&self) -> u64 {
+        self.acked_seq + self.entries.len() as u64 + 1
+    }
+
+    pub fn backlog(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn push(&mut self, entry: OutboxEntry) {
+        assert_eq!(entry.seq, self.next_seq(), "outbox sequence must be dense");
+        self.entries.push_back(entry);
+    }
+
+    pub fn get(&self, seq: u64) -> Option<&OutboxEntry> {
+        let i = seq.checked_sub(self.acked_seq + 1)?;
+        self.entries.get(usize::try_from(i).ok()?)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &OutboxEntry> {
+        self.entries.iter()
+    }
+
+    /// When the outbox next wants the shell's attention.
+    pub fn deadline(&self) -> Option<u64> {
+        if self.entries.is_empty() {
+            return None;
+        }
+        Some(match self.lease {
+            Some(lease) => lease.until_ms,
+            None => self.retry_at_ms,
+        })
+    }
+
+    /// The next batch, or nothing while a batch is out or a backoff runs.
+    pub fn poll(&mut self, now_ms: u64, batch_size_max: usize) -> Vec<OutboxEntry> {
+        if let Some(lease) = self.lease {
+            if now_ms < lease.until_ms {
+                return Vec::new();
+            }
+            // The shell that took the batch never answered; hand it out again.
+            self.lease = None;
+        }
+        if self.entries.is_empty() || now_ms < self.retry_at_ms {
+            return Vec::new();
+        }
+        let n = batch_size_max
+            .clamp(1, limits::OUTBOX_BATCH_SIZE_MAX)
+            .min(self.entries.len());
+        self.lease = Some(Lease {
+            up_to_seq: self.acked_seq + n as u64,
+            until_ms: now_ms.saturating_add(limits::OUTBOX_LEASE_MS),
+        });
+        self.entries.range(..n).cloned().collect()
+    }
+
+    /// Removes every entry up to `up_to_seq`. Returns the outcome and the
+    /// sequences removed, for the shell to delete.
+    pub fn ack(&mut self, up_to_seq: u64) -> (AckOutcome, std::ops::Range<u64>) {
+        let first = self.acked_seq + 1;
+        if up_to_seq < first {
+            return (AckOutcome::Stale, 0..0);
+        }
+        match self.lease {
+            Some(lease) if up_to_seq <= lease.up_to_seq => {}
+            _ => return (AckOutcome::NotHandedOut, 0..0),
+        }
+        let n = up_to_seq - self.acked_seq;
+        self.entries.drain(..n as usize);
+        self.acked_seq = up_to_seq;
+        self.attempts = 0;
+        self.retry_at_ms = 0;
+        self.lease = None;
+        let entries = u32::try_from(n).expect("batch size is bounded");
+        (AckOutcome::Acked { entries }, first..up_to_seq + 1)
+    }
+
+    /// Records a failed delivery of the batch that is out. Returns false, and
+    /// changes nothing, if no batch is out.
+    pub fn nack(&mut self, now_ms: u64, jitter_seed: u64) -> bool {
+        if self.lease.take().is_none() {
+            return false;
+        }
+        self.attempts = self.attempts.saturating_add(1);
+        self.retry_at_ms = now_ms.saturating_add(backoff_ms(self.attempts, jitter_seed));
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps_with_bounded_jitter() {
+        for seed in 0..200u64 {
+            for attempt in 1..40u32 {
+                let full = (limits::OUTBOX_BACKOFF_BASE_MS << (attempt - 1).min(20))
+                    .min(limits::OUTBOX_BACKOFF_CAP_MS);
+                let d = backoff_ms(attempt, seed);
+                assert!(
+                    d >= full / 2 && d <= full,
+                    "attempt {attempt} seed {seed}: {d} not in [{}, {full}]",
+                    full / 2
+                );
+            }
+        }
+        assert!(backoff_ms(u32::MAX, 7) <= limits::OUTBOX_BACKOFF_CAP_MS);
+    }
+}
