@@ -7,10 +7,10 @@
 //! and it mutates state and marks the rows it touched.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 use hashbrown::HashMap;
 
+use crate::buyers::Buyers;
 use crate::config::{limits, Config, ConfigError, Mode, Phase};
 use crate::outbox::{Outbox, OutboxEntry};
 use crate::outcome::{
@@ -46,9 +46,8 @@ pub struct Gate {
     expiry: BTreeSet<(u64, ReservationId)>,
     /// `(expires_at_ms + idem_window_ms, id)` of every tombstone.
     purge: BTreeSet<(u64, ReservationId)>,
-    /// Units each buyer holds or has confirmed. A buyer with none is absent,
-    /// so the table is bounded by the stock.
-    buyers: HashMap<Arc<str>, u32>,
+    /// Every buyer some record refers to, with their units.
+    buyers: Buyers,
     outbox: Outbox,
     dirty: Dirty,
     counters: Counters,
@@ -113,7 +112,7 @@ impl Gate {
             store: Store::new(next_id),
             expiry: BTreeSet::new(),
             purge: BTreeSet::new(),
-            buyers: HashMap::new(),
+            buyers: Buyers::default(),
             outbox,
             dirty: Dirty::default(),
             counters: Counters::default(),
@@ -176,8 +175,10 @@ impl Gate {
             return ReserveOutcome::InvalidInput(InvalidInput::IdempotencyKey);
         }
         // The key is checked before anything else about the request, so that
-        // a retry gets its first answer even after the sale closed.
-        if let Some(id) = self.store.find_idem(buyer, idem_key) {
+        // a retry gets its first answer even after the sale closed. A buyer
+        // with no slot has no records, so no key to replay.
+        let slot = self.buyers.find(buyer);
+        if let Some(id) = slot.and_then(|slot| self.store.find_idem(slot, idem_key)) {
             let r = self.store.get(id).expect("indexed record exists");
             return if r.quantity == quantity {
                 ReserveOutcome::Replayed {
@@ -212,7 +213,7 @@ impl Gate {
         if self.available == 0 {
             return ReserveOutcome::SoldOut;
         }
-        let used = self.buyers.get(buyer).copied().unwrap_or(0);
+        let used = slot.map_or(0, |slot| self.buyers.units(slot));
         if u64::from(used) + u64::from(quantity) > u64::from(self.config.per_buyer_max) {
             return ReserveOutcome::BuyerLimitReached {
                 remaining: self.config.per_buyer_max.saturating_sub(used),
@@ -228,17 +229,8 @@ impl Gate {
         let id = self.next_id;
         self.next_id += 1;
         let expires_at_ms = now_ms.saturating_add(self.config.hold_ttl_ms);
-        let buyer: Arc<str> = match self.buyers.get_key_value_mut(buyer) {
-            Some((key, units)) => {
-                *units += quantity;
-                key.clone()
-            }
-            None => {
-                let key: Arc<str> = Arc::from(buyer);
-                self.buyers.insert(key.clone(), quantity);
-                key
-            }
-        };
+        let buyer = self.buyers.acquire(buyer, Some(slot));
+        self.buyers.add_units(buyer, quantity);
         self.store.insert(
             id,
             Reservation {
@@ -247,8 +239,8 @@ impl Gate {
                 expires_at_ms,
                 quantity,
                 state: HoldState::Held,
-                paid: None,
             },
+            None,
         );
         self.expiry.insert((expires_at_ms, id));
         self.available -= u64::from(quantity);
@@ -302,12 +294,12 @@ impl Gate {
         if !field_ok(payment_ref, limits::PAYMENT_REF_BYTES_MAX) {
             return ConfirmOutcome::InvalidInput(InvalidInput::PaymentRef);
         }
-        let Some(r) = self.store.get(id).filter(|r| &*r.buyer == buyer) else {
+        let Some(r) = self.owned(id, buyer) else {
             return ConfirmOutcome::Unknown;
         };
         match r.state {
             HoldState::Held => {}
-            HoldState::Confirmed => return ConfirmOutcome::Confirmed(confirmation(id, r)),
+            HoldState::Confirmed => return ConfirmOutcome::Confirmed(self.confirmation(id)),
             HoldState::Cancelled => return ConfirmOutcome::Cancelled,
             HoldState::Expired => return ConfirmOutcome::Expired,
         }
@@ -320,22 +312,22 @@ impl Gate {
         let r = self.store.get_mut(id).expect("checked above");
         let quantity = r.quantity;
         r.state = HoldState::Confirmed;
-        r.paid = Some(Box::new(Paid {
-            payment_ref: payment_ref.into(),
-            confirmed_at_ms: now_ms,
-            outbox_seq: seq,
-        }));
+        let removed = self.expiry.remove(&(r.expires_at_ms, id));
+        assert!(removed, "a live hold is in the expiry index");
         let entry = OutboxEntry {
             seq,
             reservation_id: id,
-            buyer: r.buyer.clone(),
+            buyer: buyer.into(),
             quantity,
             payment_ref: payment_ref.into(),
             confirmed_at_ms: now_ms,
         };
-        let removed = self.expiry.remove(&(r.expires_at_ms, id));
-        assert!(removed, "a live hold is in the expiry index");
-        self.store.move_to_confirmed(id);
+        let paid = Paid {
+            payment_ref: payment_ref.into(),
+            confirmed_at_ms: now_ms,
+            outbox_seq: seq,
+        };
+        self.store.move_to_confirmed(id, paid);
         self.outbox.push(entry);
         self.held -= u64::from(quantity);
         self.sold += u64::from(quantity);
@@ -343,14 +335,33 @@ impl Gate {
         self.assert_stock();
         self.dirty.keys.push(RowKey::Reservation(id));
         self.dirty.keys.push(RowKey::Outbox(seq));
-        let r = self.store.get(id).expect("just moved");
-        ConfirmOutcome::Confirmed(confirmation(id, r))
+        ConfirmOutcome::Confirmed(self.confirmation(id))
+    }
+
+    /// The record `id` if `buyer` made it. Another buyer's record reads as
+    /// unknown, so ids reveal nothing.
+    fn owned(&self, id: ReservationId, buyer: &str) -> Option<&Reservation> {
+        self.store
+            .get(id)
+            .filter(|r| self.buyers.id(r.buyer) == buyer)
+    }
+
+    fn confirmation(&self, id: ReservationId) -> Confirmation {
+        let r = self.store.get(id).expect("confirmed record exists");
+        let paid = self.store.paid(id).expect("a confirmed record has payment");
+        Confirmation {
+            reservation_id: id,
+            quantity: r.quantity,
+            payment_ref: paid.payment_ref.to_string(),
+            confirmed_at_ms: paid.confirmed_at_ms,
+            outbox_seq: paid.outbox_seq,
+        }
     }
 
     /// Gives a held reservation's units back. Only its buyer may cancel.
     pub fn cancel(&mut self, now_ms: u64, id: ReservationId, buyer: &str) -> CancelOutcome {
         self.settle(now_ms);
-        let outcome = match self.store.get(id).filter(|r| &*r.buyer == buyer) {
+        let outcome = match self.owned(id, buyer) {
             None => CancelOutcome::Unknown,
             Some(r) => match r.state {
                 HoldState::Confirmed => CancelOutcome::AlreadyConfirmed,
@@ -376,17 +387,12 @@ impl Gate {
         let r = self.store.get_mut(id).expect("released record exists");
         assert_eq!(r.state, HoldState::Held, "I4: only a hold resolves");
         r.state = to;
-        let (quantity, expires_at_ms) = (r.quantity, r.expires_at_ms);
-        let buyer = r.buyer.clone();
+        let (quantity, expires_at_ms, buyer) = (r.quantity, r.expires_at_ms, r.buyer);
         let removed = self.expiry.remove(&(expires_at_ms, id));
         assert!(removed, "a live hold is in the expiry index");
         self.purge
             .insert((expires_at_ms.saturating_add(window), id));
-        let units = self.buyers.get_mut(&*buyer).expect("a holder has usage");
-        *units -= quantity;
-        if *units == 0 {
-            self.buyers.remove(&*buyer);
-        }
+        self.buyers.remove_units(buyer, quantity);
         self.held -= u64::from(quantity);
         self.available += u64::from(quantity);
         self.live_holds -= 1;
@@ -406,11 +412,11 @@ impl Gate {
         };
         Some(ReservationView {
             id,
-            buyer: r.buyer.to_string(),
+            buyer: self.buyers.id(r.buyer).to_string(),
             quantity: r.quantity,
             state,
             expires_at_ms: r.expires_at_ms,
-            confirmation: r.paid.as_ref().map(|_| confirmation(id, r)),
+            confirmation: (r.state == HoldState::Confirmed).then(|| self.confirmation(id)),
         })
     }
 
@@ -440,6 +446,7 @@ impl Gate {
             self.purge.pop_first();
             let r = self.store.remove(id);
             debug_assert!(matches!(r.state, HoldState::Cancelled | HoldState::Expired));
+            self.buyers.release(r.buyer);
             self.tombstones -= 1;
             self.dirty.keys.push(RowKey::Reservation(id));
         }
@@ -530,7 +537,7 @@ impl Gate {
         if let Err(e) = config.validate() {
             return AdminOutcome::InvalidConfig(e);
         }
-        let most = self.buyers.values().copied().max().unwrap_or(0);
+        let most = self.buyers.units_max();
         if config.per_buyer_max < most {
             return AdminOutcome::BuyerAboveLimit { units: most };
         }
@@ -587,7 +594,7 @@ impl Gate {
             sold: self.sold,
             live_holds: self.live_holds,
             tombstones: self.tombstones,
-            buyers: self.buyers.len() as u64,
+            buyers: self.buyers.with_units(),
             outbox_backlog: self.outbox.backlog() as u64,
             outbox_acked_seq: self.outbox.acked_seq,
             outbox_attempts: self.outbox.attempts,
@@ -603,8 +610,10 @@ impl Gate {
     /// key order, each once. Deleted rows come as `Change::Delete`.
     pub fn take_changes(&mut self) -> Vec<Change> {
         let mut keys = std::mem::take(&mut self.dirty.keys);
-        keys.sort_unstable();
-        keys.dedup();
+        if keys.len() > 1 {
+            keys.sort_unstable();
+            keys.dedup();
+        }
         let mut out = Vec::with_capacity(keys.len() + 2);
         if std::mem::take(&mut self.dirty.meta) {
             out.push(Change::Put(Row::Meta(self.meta_row())));
@@ -614,10 +623,7 @@ impl Gate {
         }
         for key in keys {
             let row = match key {
-                RowKey::Reservation(id) => self
-                    .store
-                    .get(id)
-                    .map(|r| Row::Reservation(reservation_row(id, r))),
+                RowKey::Reservation(id) => self.store.get(id).map(|_| self.reservation_row(id)),
                 RowKey::Outbox(seq) => self.outbox.get(seq).cloned().map(Row::Outbox),
                 RowKey::Meta | RowKey::Config => unreachable!("tracked by flags"),
             };
@@ -632,6 +638,22 @@ impl Gate {
     /// True when changes are waiting to be taken.
     pub fn has_changes(&self) -> bool {
         self.dirty.meta || self.dirty.config || !self.dirty.keys.is_empty()
+    }
+
+    fn reservation_row(&self, id: ReservationId) -> Row {
+        let r = self.store.get(id).expect("rendered record exists");
+        let paid = self.store.paid(id);
+        Row::Reservation(ReservationRow {
+            id,
+            buyer: self.buyers.id(r.buyer).to_string(),
+            idem_key: r.idem_key.to_string(),
+            quantity: r.quantity,
+            state: r.state,
+            expires_at_ms: r.expires_at_ms,
+            payment_ref: paid.map(|p| p.payment_ref.to_string()),
+            confirmed_at_ms: paid.map(|p| p.confirmed_at_ms),
+            outbox_seq: paid.map(|p| p.outbox_seq),
+        })
     }
 
     fn meta_row(&self) -> MetaRow {
@@ -649,11 +671,7 @@ impl Gate {
     /// change has been written.
     pub fn rows(&self) -> Vec<Row> {
         let mut rows = vec![Row::Meta(self.meta_row()), Row::Config(self.config.clone())];
-        rows.extend(
-            self.store
-                .iter()
-                .map(|(id, r)| Row::Reservation(reservation_row(id, r))),
-        );
+        rows.extend(self.store.iter().map(|(id, _)| self.reservation_row(id)));
         rows.extend(self.outbox.iter().cloned().map(Row::Outbox));
         rows
     }
@@ -715,38 +733,27 @@ impl Gate {
             {
                 return bad("buyer or key out of bounds");
             }
-            if gate.store.find_idem(&row.buyer, &row.idem_key).is_some() {
+            let known = gate.buyers.find(&row.buyer);
+            if known.is_some_and(|slot| gate.store.find_idem(slot, &row.idem_key).is_some()) {
                 return bad("idempotency key used twice");
             }
             let confirmed = row.state == HoldState::Confirmed;
             let paid = match (row.payment_ref, row.confirmed_at_ms, row.outbox_seq) {
                 (Some(payment_ref), Some(confirmed_at_ms), Some(outbox_seq)) if confirmed => {
-                    Some(Box::new(Paid {
+                    Some(Paid {
                         payment_ref: payment_ref.into(),
                         confirmed_at_ms,
                         outbox_seq,
-                    }))
+                    })
                 }
                 (None, None, None) if !confirmed => None,
                 _ => return bad("payment fields disagree with state"),
             };
             let quantity = u64::from(row.quantity);
-            let takes_units = matches!(row.state, HoldState::Held | HoldState::Confirmed);
-            let buyer: Arc<str> = match gate.buyers.get_key_value_mut(row.buyer.as_str()) {
-                Some((key, units)) => {
-                    if takes_units {
-                        *units += row.quantity;
-                    }
-                    key.clone()
-                }
-                None => {
-                    let key: Arc<str> = Arc::from(row.buyer);
-                    if takes_units {
-                        gate.buyers.insert(key.clone(), row.quantity);
-                    }
-                    key
-                }
-            };
+            let buyer = gate.buyers.acquire(&row.buyer, Some(known));
+            if matches!(row.state, HoldState::Held | HoldState::Confirmed) {
+                gate.buyers.add_units(buyer, row.quantity);
+            }
             match row.state {
                 HoldState::Held => {
                     gate.expiry.insert((row.expires_at_ms, id));
@@ -768,8 +775,8 @@ impl Gate {
                     expires_at_ms: row.expires_at_ms,
                     quantity: row.quantity,
                     state: row.state,
-                    paid,
                 },
+                paid,
             );
         }
         let committed = gate.held + gate.sold;
@@ -791,8 +798,7 @@ impl Gate {
             }
             let matches = gate
                 .store
-                .get(entry.reservation_id)
-                .and_then(|r| r.paid.as_ref())
+                .paid(entry.reservation_id)
                 .is_some_and(|p| p.outbox_seq == entry.seq);
             if !matches {
                 return Err(RestoreError::BadReservation(
@@ -816,10 +822,11 @@ impl Gate {
             ));
         }
         self.store.audit()?;
+        self.buyers.audit()?;
         let (mut held, mut sold, mut live, mut tomb) = (0u64, 0u64, 0u32, 0u32);
         let mut expiry = BTreeSet::new();
         let mut purge = BTreeSet::new();
-        let mut usage: HashMap<&str, u32> = HashMap::new();
+        let mut usage: HashMap<u32, (u32, u32)> = HashMap::new();
         for (id, r) in self.store.iter() {
             if id >= self.next_id {
                 return Err(format!(
@@ -827,7 +834,7 @@ impl Gate {
                     self.next_id
                 ));
             }
-            if r.paid.is_some() != (r.state == HoldState::Confirmed) {
+            if self.store.paid(id).is_some() != (r.state == HoldState::Confirmed) {
                 return Err(format!("reservation {id}: payment disagrees with state"));
             }
             let q = u64::from(r.quantity);
@@ -843,8 +850,10 @@ impl Gate {
                     purge.insert((r.expires_at_ms + self.config.idem_window_ms, id));
                 }
             }
+            let (units, refs) = usage.entry(r.buyer).or_default();
+            *refs += 1;
             if matches!(r.state, HoldState::Held | HoldState::Confirmed) {
-                *usage.entry(&*r.buyer).or_default() += r.quantity;
+                *units += r.quantity;
             }
         }
         if (held, sold) != (self.held, self.sold) {
@@ -862,14 +871,15 @@ impl Gate {
         if purge != self.purge {
             return Err("the purge index does not match the tombstones".into());
         }
-        if usage.len() != self.buyers.len()
-            || usage
+        let slots: Vec<_> = self.buyers.iter().collect();
+        if slots.len() != usage.len()
+            || slots
                 .iter()
-                .any(|(b, &u)| self.buyers.get(*b).copied() != Some(u))
+                .any(|&(slot, _, units, refs)| usage.get(&slot) != Some(&(units, refs)))
         {
-            return Err("per-buyer usage disagrees with records".into());
+            return Err("per-buyer units or references disagree with records".into());
         }
-        if let Some((b, &u)) = usage.iter().find(|(_, &u)| u > self.config.per_buyer_max) {
+        if let Some((_, b, u, _)) = slots.iter().find(|s| s.2 > self.config.per_buyer_max) {
             return Err(format!(
                 "buyer {b} has {u} units, above per_buyer_max {}",
                 self.config.per_buyer_max
@@ -878,7 +888,7 @@ impl Gate {
         // Every confirmation not yet acked is in the outbox, and only those.
         let mut pending = 0;
         for (id, r) in self.store.iter() {
-            if let Some(p) = &r.paid {
+            if let Some(p) = self.store.paid(id) {
                 if p.outbox_seq > self.outbox.acked_seq {
                     pending += 1;
                     match self.outbox.get(p.outbox_seq) {
@@ -892,30 +902,5 @@ impl Gate {
             return Err("the outbox holds entries with no confirmation".into());
         }
         Ok(())
-    }
-}
-
-fn confirmation(id: ReservationId, r: &Reservation) -> Confirmation {
-    let paid = r.paid.as_ref().expect("a confirmed record has payment");
-    Confirmation {
-        reservation_id: id,
-        quantity: r.quantity,
-        payment_ref: paid.payment_ref.to_string(),
-        confirmed_at_ms: paid.confirmed_at_ms,
-        outbox_seq: paid.outbox_seq,
-    }
-}
-
-fn reservation_row(id: ReservationId, r: &Reservation) -> ReservationRow {
-    ReservationRow {
-        id,
-        buyer: r.buyer.to_string(),
-        idem_key: r.idem_key.to_string(),
-        quantity: r.quantity,
-        state: r.state,
-        expires_at_ms: r.expires_at_ms,
-        payment_ref: r.paid.as_ref().map(|p| p.payment_ref.to_string()),
-        confirmed_at_ms: r.paid.as_ref().map(|p| p.confirmed_at_ms),
-        outbox_seq: r.paid.as_ref().map(|p| p.outbox_seq),
     }
 }

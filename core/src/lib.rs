@@ -15,6 +15,7 @@
 //!   expired`; a confirm at or after expiry is refused.
 //! - Every confirmation enters the outbox in the same call (for I2).
 
+mod buyers;
 pub mod config;
 pub mod gate;
 pub mod outbox;

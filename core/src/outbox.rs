@@ -8,7 +8,6 @@
 //! is capped and the attempt count is visible in the stats, for alerting.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 use crate::config::limits;
 use crate::outcome::{AckOutcome, ReservationId};
@@ -18,7 +17,7 @@ use crate::outcome::{AckOutcome, ReservationId};
 pub struct OutboxEntry {
     pub seq: u64,
     pub reservation_id: ReservationId,
-    pub buyer: Arc<str>,
+    pub buyer: Box<str>,
     pub quantity: u32,
     pub payment_ref: Box<str>,
     pub confirmed_at_ms: u64,

@@ -10,15 +10,17 @@
 //!   life of the product and would otherwise pin the deque's front. There are
 //!   at most `stock_total` of them.
 //! - The idempotency index stores only the reservation id. The key it is
-//!   looked up by, `(buyer, idem_key)`, is read back from the record, so no
-//!   key string is stored twice.
+//!   looked up by, `(buyer slot, idem_key)`, is read back from the record, so
+//!   no key string is stored twice.
+//! - A record names its buyer by a 4-byte slot in `Buyers`, and a confirmed
+//!   record's payment data lives beside it in the confirmed table only.
 
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
-use std::sync::Arc;
 
 use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 
+use crate::buyers::BuyerSlot;
 use crate::outcome::ReservationId;
 
 /// The life of a reservation: `Held -> Confirmed | Cancelled | Expired`,
@@ -52,8 +54,8 @@ impl HoldState {
     }
 }
 
-/// What a confirmation adds to a reservation. Boxed, because most records
-/// are never confirmed and an empty `Option<Box<_>>` costs one word.
+/// What a confirmation adds to a reservation. Kept only in the confirmed
+/// table, because most records are never confirmed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Paid {
     pub payment_ref: Box<str>,
@@ -63,14 +65,17 @@ pub(crate) struct Paid {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Reservation {
-    /// Shared with the buyer table, so a buyer's id is stored once however
-    /// many holds they have.
-    pub buyer: Arc<str>,
     pub idem_key: Box<str>,
     pub expires_at_ms: u64,
+    pub buyer: BuyerSlot,
     pub quantity: u32,
     pub state: HoldState,
-    pub paid: Option<Box<Paid>>,
+}
+
+/// A confirmed record and its payment.
+struct Sold {
+    r: Reservation,
+    paid: Paid,
 }
 
 pub(crate) struct Store {
@@ -79,7 +84,7 @@ pub(crate) struct Store {
     /// Unconfirmed records by `id - base`. `None` is a record that was purged
     /// or moved to `confirmed`. The front is never `None`.
     recent: VecDeque<Option<Reservation>>,
-    confirmed: HashMap<ReservationId, Reservation>,
+    confirmed: HashMap<ReservationId, Sold>,
     idem: HashTable<ReservationId>,
     hasher: DefaultHashBuilder,
 }
@@ -87,7 +92,7 @@ pub(crate) struct Store {
 fn find<'a>(
     base: ReservationId,
     recent: &'a VecDeque<Option<Reservation>>,
-    confirmed: &'a HashMap<ReservationId, Reservation>,
+    confirmed: &'a HashMap<ReservationId, Sold>,
     id: ReservationId,
 ) -> Option<&'a Reservation> {
     let in_recent = id
@@ -95,7 +100,7 @@ fn find<'a>(
         .and_then(|i| usize::try_from(i).ok())
         .and_then(|i| recent.get(i))
         .and_then(Option::as_ref);
-    in_recent.or_else(|| confirmed.get(&id))
+    in_recent.or_else(|| confirmed.get(&id).map(|s| &s.r))
 }
 
 impl Store {
@@ -110,7 +115,7 @@ impl Store {
         }
     }
 
-    fn idem_hash(hasher: &DefaultHashBuilder, buyer: &str, key: &str) -> u64 {
+    fn idem_hash(hasher: &DefaultHashBuilder, buyer: BuyerSlot, key: &str) -> u64 {
         hasher.hash_one((buyer, key))
     }
 
@@ -125,29 +130,36 @@ impl Store {
             .filter(|&i| i < self.recent.len());
         match in_recent {
             Some(i) => self.recent[i].as_mut(),
-            None => self.confirmed.get_mut(&id),
+            None => self.confirmed.get_mut(&id).map(|s| &mut s.r),
         }
+    }
+
+    /// The payment of a confirmed record.
+    pub fn paid(&self, id: ReservationId) -> Option<&Paid> {
+        self.confirmed.get(&id).map(|s| &s.paid)
     }
 
     /// The reservation this buyer made with this idempotency key, if it is
     /// still remembered.
-    pub fn find_idem(&self, buyer: &str, key: &str) -> Option<ReservationId> {
+    pub fn find_idem(&self, buyer: BuyerSlot, key: &str) -> Option<ReservationId> {
         let hash = Self::idem_hash(&self.hasher, buyer, key);
         let (base, recent, confirmed) = (self.base, &self.recent, &self.confirmed);
         self.idem
             .find(hash, |&id| {
                 find(base, recent, confirmed, id)
-                    .is_some_and(|r| &*r.buyer == buyer && &*r.idem_key == key)
+                    .is_some_and(|r| r.buyer == buyer && &*r.idem_key == key)
             })
             .copied()
     }
 
     /// Adds a record under a new id, which must be above every id before it.
-    /// The caller has checked with `find_idem` that the key is new.
-    pub fn insert(&mut self, id: ReservationId, r: Reservation) {
-        let hash = Self::idem_hash(&self.hasher, &r.buyer, &r.idem_key);
-        if r.state == HoldState::Confirmed {
-            let fresh = self.confirmed.insert(id, r).is_none();
+    /// `paid` is given exactly for a confirmed record (on restore). The
+    /// caller has checked with `find_idem` that the key is new.
+    pub fn insert(&mut self, id: ReservationId, r: Reservation, paid: Option<Paid>) {
+        let hash = Self::idem_hash(&self.hasher, r.buyer, &r.idem_key);
+        assert_eq!(paid.is_some(), r.state == HoldState::Confirmed);
+        if let Some(paid) = paid {
+            let fresh = self.confirmed.insert(id, Sold { r, paid }).is_none();
             assert!(fresh, "reservation {id} inserted twice");
         } else {
             if self.recent.is_empty() {
@@ -166,17 +178,17 @@ impl Store {
             (self.base, &self.recent, &self.confirmed, &self.hasher);
         self.idem.insert_unique(hash, id, |&other| {
             let r = find(base, recent, confirmed, other).expect("indexed record exists");
-            Self::idem_hash(hasher, &r.buyer, &r.idem_key)
+            Self::idem_hash(hasher, r.buyer, &r.idem_key)
         });
     }
 
     /// Moves a record that just became confirmed out of the deque, so that it
     /// does not pin the deque's front for the life of the product.
-    pub fn move_to_confirmed(&mut self, id: ReservationId) {
+    pub fn move_to_confirmed(&mut self, id: ReservationId, paid: Paid) {
         let i = usize::try_from(id - self.base).expect("id in deque");
         let r = self.recent[i].take().expect("record in deque");
         debug_assert_eq!(r.state, HoldState::Confirmed);
-        self.confirmed.insert(id, r);
+        self.confirmed.insert(id, Sold { r, paid });
         self.trim_front();
     }
 
@@ -184,7 +196,7 @@ impl Store {
     pub fn remove(&mut self, id: ReservationId) -> Reservation {
         let hash = {
             let r = self.get(id).expect("removed record exists");
-            Self::idem_hash(&self.hasher, &r.buyer, &r.idem_key)
+            Self::idem_hash(&self.hasher, r.buyer, &r.idem_key)
         };
         let entry = self
             .idem
@@ -195,7 +207,7 @@ impl Store {
             Some(i) if i < self.recent.len() && self.recent[i].is_some() => {
                 self.recent[i].take().expect("checked")
             }
-            _ => self.confirmed.remove(&id).expect("record exists"),
+            _ => self.confirmed.remove(&id).expect("record exists").r,
         };
         self.trim_front();
         r
@@ -215,7 +227,7 @@ impl Store {
             .iter()
             .enumerate()
             .filter_map(|(i, r)| r.as_ref().map(|r| (self.base + i as u64, r)))
-            .chain(self.confirmed.iter().map(|(&id, r)| (id, r)))
+            .chain(self.confirmed.iter().map(|(&id, s)| (id, &s.r)))
             .collect();
         all.sort_unstable_by_key(|&(id, _)| id);
         all.into_iter()
@@ -234,7 +246,7 @@ impl Store {
             ));
         }
         for (id, r) in self.iter() {
-            if self.find_idem(&r.buyer, &r.idem_key) != Some(id) {
+            if self.find_idem(r.buyer, &r.idem_key) != Some(id) {
                 return Err(format!("store: record {id} is not found by its key"));
             }
             let in_confirmed = self.confirmed.contains_key(&id);
