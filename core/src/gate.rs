@@ -514,72 +514,86 @@ impl Gate {
 
     /// Sets the total. It may never fall below the units held or sold.
     pub fn set_total(&mut self, now_ms: u64, stock_total: u64) -> AdminOutcome {
-        self.settle(now_ms);
-        if stock_total > limits::STOCK_UNITS_MAX {
-            return AdminOutcome::StockTooLarge;
-        }
-        let committed = self.held + self.sold;
-        if stock_total < committed {
-            return AdminOutcome::BelowCommitted { committed };
-        }
-        self.stock_total = stock_total;
-        self.available = stock_total - committed;
-        self.assert_stock();
-        self.dirty.meta = true;
-        AdminOutcome::Done
+        self.update(now_ms, None, Some(stock_total), None)
     }
 
     /// Replaces the rules. New rules apply to new requests; live holds keep
     /// their expiry. `per_buyer_max` may not drop below what a buyer already
     /// holds or bought, so that the per-buyer invariant keeps holding.
     pub fn configure(&mut self, now_ms: u64, config: Config) -> AdminOutcome {
-        self.settle(now_ms);
-        if let Err(e) = config.validate() {
-            return AdminOutcome::InvalidConfig(e);
-        }
-        let most = self.buyers.units_max();
-        if config.per_buyer_max < most {
-            return AdminOutcome::BuyerAboveLimit { units: most };
-        }
-        if config.idem_window_ms != self.config.idem_window_ms {
-            // Purge deadlines derive from the window; recompute them so that
-            // a restore, which derives them too, rebuilds the same index.
-            let window = config.idem_window_ms;
-            self.purge = self
-                .store
-                .iter()
-                .filter(|(_, r)| matches!(r.state, HoldState::Cancelled | HoldState::Expired))
-                .map(|(id, r)| (r.expires_at_ms.saturating_add(window), id))
-                .collect();
-        }
-        self.config = config;
-        self.dirty.config = true;
-        // A shorter window may already have ended for some tombstones.
-        self.settle(now_ms);
-        AdminOutcome::Done
+        self.update(now_ms, Some(config), None, None)
     }
 
     pub fn pause(&mut self, now_ms: u64) -> AdminOutcome {
-        self.set_mode(now_ms, Mode::Paused)
+        self.update(now_ms, None, None, Some(Mode::Paused))
     }
 
     pub fn resume(&mut self, now_ms: u64) -> AdminOutcome {
-        self.set_mode(now_ms, Mode::Active)
+        self.update(now_ms, None, None, Some(Mode::Active))
     }
 
     pub fn close(&mut self, now_ms: u64) -> AdminOutcome {
-        self.set_mode(now_ms, Mode::Closed)
+        self.update(now_ms, None, None, Some(Mode::Closed))
     }
 
-    fn set_mode(&mut self, now_ms: u64, mode: Mode) -> AdminOutcome {
+    /// Applies an admin's changes to the rules, the total and the mode
+    /// together: all of them, or none if any is refused.
+    pub fn update(
+        &mut self,
+        now_ms: u64,
+        config: Option<Config>,
+        stock_total: Option<u64>,
+        mode: Option<Mode>,
+    ) -> AdminOutcome {
         self.settle(now_ms);
-        if self.mode == Mode::Closed && mode != Mode::Closed {
+        if let Some(config) = &config {
+            if let Err(e) = config.validate() {
+                return AdminOutcome::InvalidConfig(e);
+            }
+            let most = self.buyers.units_max();
+            if config.per_buyer_max < most {
+                return AdminOutcome::BuyerAboveLimit { units: most };
+            }
+        }
+        let committed = self.held + self.sold;
+        match stock_total {
+            Some(t) if t > limits::STOCK_UNITS_MAX => return AdminOutcome::StockTooLarge,
+            Some(t) if t < committed => return AdminOutcome::BelowCommitted { committed },
+            _ => {}
+        }
+        if self.mode == Mode::Closed && mode.is_some_and(|m| m != Mode::Closed) {
             return AdminOutcome::SaleClosed;
         }
-        if self.mode != mode {
+
+        // Every refusal is above this line. From here the update must succeed.
+        if let Some(config) = config {
+            if config.idem_window_ms != self.config.idem_window_ms {
+                // Purge deadlines derive from the window; recompute them so
+                // that a restore, which derives them too, rebuilds the same
+                // index.
+                let window = config.idem_window_ms;
+                self.purge = self
+                    .store
+                    .iter()
+                    .filter(|(_, r)| matches!(r.state, HoldState::Cancelled | HoldState::Expired))
+                    .map(|(id, r)| (r.expires_at_ms.saturating_add(window), id))
+                    .collect();
+            }
+            self.config = config;
+            self.dirty.config = true;
+        }
+        if let Some(t) = stock_total {
+            self.stock_total = t;
+            self.available = t - committed;
+            self.assert_stock();
+            self.dirty.meta = true;
+        }
+        if let Some(mode) = mode.filter(|&m| m != self.mode) {
             self.mode = mode;
             self.dirty.meta = true;
         }
+        // A shorter window may already have ended for some tombstones.
+        self.settle(now_ms);
         AdminOutcome::Done
     }
 
