@@ -108,6 +108,10 @@ impl ProductGate {
             }
         };
         if let Some(t) = want {
+            // A deadline already passed (such as an outbox that is ready
+            // now) means "as soon as possible"; the runtime wants a future
+            // instant.
+            let t = t.max(now_ms() + 1);
             let at = js_sys::Date::new(&JsValue::from_f64(t as f64));
             self.state
                 .storage()
@@ -208,7 +212,11 @@ impl DurableObject for ProductGate {
                 return http::problem(Problem::internal());
             }
         };
-        self.arm().await?;
+        // The decision is committed; a failure to move the alarm must not
+        // turn its answer into an error. The next request or alarm re-arms.
+        if let Err(e) = self.arm().await {
+            worker::console_error!("ProductGate: could not set the alarm: {e}");
+        }
         http::respond(reply)
     }
 
