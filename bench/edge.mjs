@@ -1,0 +1,161 @@
+// Benchmark of the edge gate on bare `workerd serve` (not the wrangler dev
+// proxy), beside the JavaScript ceiling DO (bench/baseline/ceiling.js, a
+// copy of the project's yardstick) measured in the same run, on the same
+// load. Prints figures; asserts nothing about time.
+//
+//   scripts/bench            (builds first)
+//   BENCH_SECONDS=5 BENCH_RUNS=3 BENCH_CONNECTIONS=64 node bench/edge.mjs
+//
+// Figures: reserve throughput and p50/p99 latency (every request a fresh
+// buyer and key, so every one is a durable write), sold-out refusals, the
+// ceiling's /each (one durable put per request) and /hop, the ratio, the
+// wasm size raw and gzipped, cold start, and workerd's peak memory.
+import { spawn } from "node:child_process";
+import { copyFileSync, mkdtempSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { gzipSync } from "node:zlib";
+import { freePort, ROOT, startGate, WORKERD } from "../tests/support/runtime.mjs";
+import { client } from "../tests/support/client.mjs";
+import { load, median } from "./load.mjs";
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
+const RUNS = Number(process.env.BENCH_RUNS ?? 3);
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
+
+function peakRssMiB(pid) {
+  const status = readFileSync(`/proc/${pid}/status`, "utf8");
+  const kb = Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0);
+  return kb / 1024;
+}
+
+async function startCeiling() {
+  const dir = mkdtempSync(join(tmpdir(), "flashgate-ceiling-"));
+  mkdirSync(join(dir, "do-state"));
+  copyFileSync(join(ROOT, "bench/baseline/ceiling.js"), join(dir, "ceiling.js"));
+  const port = await freePort();
+  writeFileSync(
+    join(dir, "ceiling.capnp"),
+    `using Workerd = import "/workerd/workerd.capnp";
+const config :Workerd.Config = (
+  services = [ (name = "main", worker = .ceilingWorker), (name = "disk", disk = (path = "do-state", writable = true)) ],
+  sockets = [ ( name = "http", address = "127.0.0.1:${port}", http = (), service = "main" ) ],
+);
+const ceilingWorker :Workerd.Worker = (
+  modules = [ (name = "ceiling.js", esModule = embed "ceiling.js") ],
+  compatibilityDate = "2025-09-01",
+  durableObjectNamespaces = [ (className = "Ceiling", uniqueKey = "ceiling", enableSql = true) ],
+  durableObjectStorage = (localDisk = "disk"),
+  bindings = [ (name = "CEILING", durableObjectNamespace = "Ceiling") ],
+);
+`,
+  );
+  const proc = spawn(WORKERD, ["serve", "ceiling.capnp", "--experimental"], { cwd: dir, stdio: "ignore" });
+  const url = `http://127.0.0.1:${port}`;
+  for (let i = 0; ; i++) {
+    try {
+      await (await fetch(`${url}/plain`)).text();
+      break;
+    } catch {
+      if (i > 600) throw new Error("ceiling did not start");
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+  return { url, proc, stop: () => proc.kill("SIGTERM") };
+}
+
+const fmt = (r) => `${r.rps.toFixed(0).padStart(6)} req/s   p50 ${r.p50.toFixed(2).padStart(6)} ms   p99 ${r.p99.toFixed(2).padStart(7)} ms`;
+
+async function main() {
+  const wasm = readFileSync(join(ROOT, "build/index_bg.wasm"));
+  const js = readFileSync(join(ROOT, "build/index.js"));
+  console.log(`flashgate edge bench: bare workerd, ${CONNECTIONS} connections, ${SECONDS} s x ${RUNS} runs (median)`);
+  console.log(`wasm: ${(wasm.length / 1024).toFixed(1)} KiB raw, ${(gzipSync(wasm, { level: 9 }).length / 1024).toFixed(1)} KiB gzipped; index.js ${(js.length / 1024).toFixed(1)} KiB`);
+
+  // Cold start: process start to the first answer, then the first request
+  // that instantiates a Durable Object and creates its tables.
+  const colds = [];
+  const firstDo = [];
+  for (let i = 0; i < 3; i++) {
+    const t0 = Date.now();
+    const g = await startGate();
+    colds.push(Date.now() - t0);
+    const t1 = Date.now();
+    await client(g.url).put("cold", { stock_total: 10 });
+    firstDo.push(Date.now() - t1);
+    await g.stop();
+  }
+  console.log(`cold start: ${median(colds)} ms to the first answer; first Durable Object request ${median(firstDo)} ms`);
+
+  const gate = await startGate();
+  const api = client(gate.url);
+  const ceiling = await startCeiling();
+  const results = { reserve: [], soldOut: [], each: [], group: [], hop: [] };
+  try {
+    let run = 0;
+    for (let i = 0; i < RUNS; i++) {
+      // A fresh product per run, with stock that cannot run out in the run.
+      const product = `bench-${i}`;
+      await api.put(product, { stock_total: 10_000_000, per_buyer_max: 1, quantity_max: 1, hold_ttl_ms: 3_600_000, reservations_max: 4_000_000 });
+      const reserve = await load({
+        url: gate.url,
+        connections: CONNECTIONS,
+        durationMs: SECONDS * 1000,
+        request: (n) => ({
+          method: "POST",
+          path: `/api/products/${product}/reservations`,
+          headers: { "content-type": "application/json", "x-buyer-id": `b${run}-${n}`, "idempotency-key": `"k${run}-${n}"` },
+          body: '{"quantity":1}',
+        }),
+      });
+      run++;
+      results.reserve.push(reserve);
+      const s = (await api.stats(product)).body;
+      if (s.available + s.held + s.sold !== s.stock_total) throw new Error(`I1 broken: ${JSON.stringify(s)}`);
+
+      const sold = `soldout-${i}`;
+      await api.put(sold, { stock_total: 0 });
+      results.soldOut.push(
+        await load({
+          url: gate.url,
+          connections: CONNECTIONS,
+          durationMs: SECONDS * 1000,
+          request: (n) => ({
+            method: "POST",
+            path: `/api/products/${sold}/reservations`,
+            headers: { "content-type": "application/json", "x-buyer-id": `s${n}`, "idempotency-key": `"s${i}-${n}"` },
+            body: '{"quantity":1}',
+          }),
+        }),
+      );
+      for (const [name, path] of [["each", "/each"], ["group", "/group"], ["hop", "/hop"]]) {
+        results[name].push(await load({ url: ceiling.url, connections: CONNECTIONS, durationMs: SECONDS * 1000, request: () => ({ path }) }));
+      }
+    }
+  } finally {
+    const peak = peakRssMiB(gate.proc.pid);
+    await gate.stop();
+    ceiling.stop();
+    console.log(`workerd peak resident memory (flashgate process): ${peak.toFixed(1)} MiB`);
+  }
+  const med = (rs) => ({
+    rps: median(rs.map((r) => r.rps)),
+    p50: median(rs.map((r) => r.p50)),
+    p99: median(rs.map((r) => r.p99)),
+    errors: rs.reduce((a, r) => a + r.errors, 0),
+    statuses: rs.map((r) => JSON.stringify(r.statuses)).join(" "),
+  });
+  const m = Object.fromEntries(Object.entries(results).map(([k, v]) => [k, med(v)]));
+  console.log("");
+  console.log(`flashgate reserve (201, durable)  ${fmt(m.reserve)}   statuses ${m.reserve.statuses}`);
+  console.log(`flashgate reserve on sold out     ${fmt(m.soldOut)}   statuses ${m.soldOut.statuses}`);
+  console.log(`ceiling /each (JS, put/request)   ${fmt(m.each)}`);
+  console.log(`ceiling /group (JS, group commit) ${fmt(m.group)}`);
+  console.log(`ceiling /hop (JS, no storage)     ${fmt(m.hop)}`);
+  console.log("");
+  console.log(`ratio reserve / ceiling-each:  ${(m.reserve.rps / m.each.rps).toFixed(2)}  (per-run: ${results.reserve.map((r, i) => (r.rps / results.each[i].rps).toFixed(2)).join(", ")})`);
+  console.log(`ratio sold-out / ceiling-hop:  ${(m.soldOut.rps / m.hop.rps).toFixed(2)}`);
+  if (m.reserve.errors || m.soldOut.errors) console.log(`errors: reserve ${m.reserve.errors}, sold-out ${m.soldOut.errors}`);
+}
+
+await main();

@@ -1,0 +1,53 @@
+// A small closed-loop HTTP load generator: `connections` clients, each with
+// one keep-alive connection, send requests back to back for `durationMs`.
+// Latency is measured per request, from write to the end of the response.
+import http from "node:http";
+
+export async function load({ url, connections = 64, durationMs = 5000, warmupMs = 500, request }) {
+  const target = new URL(url);
+  const latencies = [];
+  const statuses = {};
+  let errors = 0;
+  let stopAt = 0;
+  let measuring = false;
+  let seq = 0;
+  const client = async () => {
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    while (Date.now() < stopAt) {
+      const { method = "GET", path, headers = {}, body } = request(seq++);
+      const started = process.hrtime.bigint();
+      try {
+        const status = await new Promise((ok, fail) => {
+          const req = http.request(
+            { host: target.hostname, port: target.port, method, path, headers: body ? { ...headers, "content-length": Buffer.byteLength(body) } : headers, agent },
+            (res) => {
+              res.on("data", () => {});
+              res.on("end", () => ok(res.statusCode));
+              res.on("error", fail);
+            },
+          );
+          req.on("error", fail);
+          req.end(body);
+        });
+        if (measuring) {
+          latencies.push(Number(process.hrtime.bigint() - started) / 1e6);
+          statuses[status] = (statuses[status] ?? 0) + 1;
+        }
+      } catch {
+        if (measuring) errors++;
+      }
+    }
+    agent.destroy();
+  };
+  const start = Date.now();
+  stopAt = start + warmupMs + durationMs;
+  setTimeout(() => (measuring = true), warmupMs);
+  const measureStart = start + warmupMs;
+  await Promise.all(Array.from({ length: connections }, client));
+  const seconds = (Date.now() - measureStart) / 1000;
+  latencies.sort((a, b) => a - b);
+  const q = (p) => latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))] ?? NaN;
+  return { rps: latencies.length / seconds, p50: q(0.5), p99: q(0.99), count: latencies.length, errors, statuses };
+}
+
+export const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
