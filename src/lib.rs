@@ -9,6 +9,7 @@
 pub mod api;
 pub mod problem;
 pub mod service;
+pub mod wire;
 
 #[cfg(target_arch = "wasm32")]
 mod edge;
