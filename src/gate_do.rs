@@ -11,18 +11,22 @@
 //!   does nothing the second time.
 
 use std::cell::RefCell;
+use std::pin::pin;
 use std::rc::Rc;
+use std::time::Duration;
 
 use flashgate_core::Gate;
+use futures_util::future::{select, Either};
 use worker::{
-    durable_object, js_sys, wasm_bindgen::JsValue, DurableObject, Env, Request, Response,
-    ScheduledTime, State, WebSocket, WebSocketIncomingMessage,
+    durable_object, js_sys, wasm_bindgen::JsValue, AbortController, Delay, DurableObject, Env,
+    Fetch, Headers, Method, Request, RequestInit, Response, ScheduledTime, State, WebSocket,
+    WebSocketIncomingMessage,
 };
 
 use crate::api::Command;
 use crate::problem::Problem;
 use crate::service::{self, Reply};
-use crate::{http, storage};
+use crate::{http, storage, wire};
 
 /// The most outbox entries one alarm sends.
 const OUTBOX_BATCH_SIZE_MAX: usize = flashgate_core::limits::OUTBOX_BATCH_SIZE_MAX;
@@ -153,27 +157,177 @@ impl ProductGate {
         Ok(reply)
     }
 
-    /// Sends what the outbox holds. Without an origin configured, the batch
-    /// is nacked, so it waits with backoff and shows in the stats.
-    fn drain_outbox(&self, now: u64) {
+    /// Forwards the outbox to the origin, a batch at a time, until it is
+    /// empty, a delivery fails, or `OUTBOX_BATCHES_PER_ALARM` batches went.
+    /// The fetch to the origin lets other events run; no decision spans it:
+    /// the batch was leased before, and the ack or nack is a new decision
+    /// after, written at once.
+    async fn drain_outbox(&self) -> worker::Result<()> {
         let origin = self
             .env
             .var("ORIGIN_URL")
             .map(|v| v.to_string())
             .unwrap_or_default();
-        let mut inner = self.inner.borrow_mut();
-        let Some(gate) = inner.gate.as_mut() else {
-            return;
-        };
-        let batch = gate.poll_outbox(now, OUTBOX_BATCH_SIZE_MAX);
-        if batch.is_empty() {
-            return;
+        let secret = self
+            .env
+            .secret("ORIGIN_HMAC_SECRET")
+            .map(|v| v.to_string())
+            .unwrap_or_default();
+        for _ in 0..OUTBOX_BATCHES_PER_ALARM {
+            let now = now_ms();
+            let (batch, up_to) = {
+                let mut inner = self.inner.borrow_mut();
+                let product_id = inner.product_id.clone().unwrap_or_default();
+                let Some(gate) = inner.gate.as_mut() else {
+                    return Ok(());
+                };
+                let entries = gate.poll_outbox(now, OUTBOX_BATCH_SIZE_MAX);
+                let Some(last) = entries.last() else {
+                    return Ok(());
+                };
+                let up_to = last.seq;
+                let stock_total = gate.stats(now).stock_total;
+                let orders = entries
+                    .iter()
+                    .map(|e| wire::Order {
+                        reservation_id: format!("{product_id}:{}", e.reservation_id),
+                        product_id: product_id.clone(),
+                        buyer_id: e.buyer.to_string(),
+                        quantity: e.quantity,
+                        payment_ref: e.payment_ref.to_string(),
+                        confirmed_at_ms: e.confirmed_at_ms,
+                        stock_total,
+                    })
+                    .collect();
+                (wire::Batch { orders }, up_to)
+            };
+            let delivered = if origin.is_empty() || secret.is_empty() {
+                Err(DeliveryError::NotConfigured)
+            } else {
+                deliver(&origin, secret.as_bytes(), &batch).await
+            };
+            let now = now_ms();
+            let done = {
+                let mut inner = self.inner.borrow_mut();
+                let Some(gate) = inner.gate.as_mut() else {
+                    return Ok(());
+                };
+                match &delivered {
+                    Ok(()) => {
+                        gate.ack_outbox(up_to);
+                    }
+                    Err(_) => {
+                        let seed = (js_sys::Math::random() * u64::MAX as f64) as u64;
+                        gate.nack_outbox(now, seed);
+                    }
+                }
+                match delivered {
+                    Ok(()) => {
+                        inner.outbox_last_success_ms = Some(now);
+                        inner.outbox_last_error = None;
+                        false
+                    }
+                    Err(e) => {
+                        if !e.retryable() {
+                            worker::console_error!(
+                                "ProductGate: outbox delivery needs attention: {}",
+                                e.describe()
+                            );
+                        }
+                        inner.outbox_last_error = Some(e.describe());
+                        true
+                    }
+                }
+            };
+            self.persist(None)?;
+            if done {
+                break;
+            }
         }
-        if origin.is_empty() {
-            let seed = (js_sys::Math::random() * u64::MAX as f64) as u64;
-            gate.nack_outbox(now, seed);
-            inner.outbox_last_error = Some("no ORIGIN_URL is configured".into());
+        Ok(())
+    }
+}
+
+/// How long one delivery to the origin may take before it counts as failed.
+const ORIGIN_TIMEOUT_MS: u64 = 10_000;
+/// Batches one alarm sends before yielding; the next alarm continues.
+const OUTBOX_BATCHES_PER_ALARM: usize = 20;
+
+/// Why a delivery failed, and whether retrying can help. Every failure is
+/// retried with backoff all the same, because dropping a batch would lose
+/// orders; the ones that cannot heal by themselves are logged as alerts.
+enum DeliveryError {
+    NotConfigured,
+    Network(String),
+    Timeout,
+    Origin5xx(u16),
+    Signature,
+    Origin4xx(u16),
+}
+
+impl DeliveryError {
+    fn retryable(&self) -> bool {
+        matches!(
+            self,
+            DeliveryError::Network(_) | DeliveryError::Timeout | DeliveryError::Origin5xx(_)
+        )
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            DeliveryError::NotConfigured => {
+                "no ORIGIN_URL or ORIGIN_HMAC_SECRET is configured".into()
+            }
+            DeliveryError::Network(e) => format!("network: {e}"),
+            DeliveryError::Timeout => {
+                format!("the origin did not answer within {ORIGIN_TIMEOUT_MS} ms")
+            }
+            DeliveryError::Origin5xx(s) => format!("the origin failed with {s}"),
+            DeliveryError::Signature => {
+                "the origin refused the signature (401): check ORIGIN_HMAC_SECRET and clocks".into()
+            }
+            DeliveryError::Origin4xx(s) => format!("the origin refused the batch with {s}"),
         }
+    }
+}
+
+/// Sends one signed batch. Ok means the origin stored every order in it.
+async fn deliver(origin: &str, secret: &[u8], batch: &wire::Batch) -> Result<(), DeliveryError> {
+    let body = serde_json::to_vec(batch).map_err(|e| DeliveryError::Network(e.to_string()))?;
+    let ts = now_ms();
+    let headers = Headers::new();
+    let set = |k: &str, v: &str| {
+        headers
+            .set(k, v)
+            .map_err(|e| DeliveryError::Network(e.to_string()))
+    };
+    set("content-type", "application/json")?;
+    set(wire::TIMESTAMP_HEADER, &ts.to_string())?;
+    set(wire::SIGNATURE_HEADER, &wire::sign(secret, ts, &body))?;
+    let mut init = RequestInit::new();
+    init.with_method(Method::Post)
+        .with_headers(headers)
+        .with_body(Some(js_sys::Uint8Array::from(body.as_slice()).into()));
+    let url = format!("{}/v1/reservations/batch", origin.trim_end_matches('/'));
+    let req =
+        Request::new_with_init(&url, &init).map_err(|e| DeliveryError::Network(e.to_string()))?;
+    let controller = AbortController::default();
+    let signal = controller.signal();
+    let fetcher = Fetch::Request(req);
+    let fetch = fetcher.send_with_signal(&signal);
+    let timeout = Delay::from(Duration::from_millis(ORIGIN_TIMEOUT_MS));
+    let resp = match select(pin!(fetch), pin!(timeout)).await {
+        Either::Left((resp, _)) => resp.map_err(|e| DeliveryError::Network(e.to_string()))?,
+        Either::Right(_) => {
+            controller.abort();
+            return Err(DeliveryError::Timeout);
+        }
+    };
+    match resp.status_code() {
+        200..=299 => Ok(()),
+        401 => Err(DeliveryError::Signature),
+        s @ 400..=499 => Err(DeliveryError::Origin4xx(s)),
+        s => Err(DeliveryError::Origin5xx(s)),
     }
 }
 
@@ -230,8 +384,8 @@ impl DurableObject for ProductGate {
             let mut inner = self.inner.borrow_mut();
             inner.gate.as_mut().map_or(0, |g| g.handle_timeout(now))
         };
-        self.drain_outbox(now);
         self.persist(None)?;
+        self.drain_outbox().await?;
         self.arm().await?;
         Response::ok(format!("expired {expired}"))
     }

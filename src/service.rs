@@ -417,6 +417,7 @@ pub fn stats_view(product_id: &str, s: &Stats) -> Value {
         "buyers": s.buyers,
         "outbox": {
             "backlog": s.outbox_backlog,
+            "backlog_units": s.outbox_backlog_units,
             "acked_seq": s.outbox_acked_seq,
             "attempts": s.outbox_attempts,
             "retry_at_ms": s.outbox_retry_at_ms,

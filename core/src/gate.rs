@@ -610,6 +610,7 @@ impl Gate {
             tombstones: self.tombstones,
             buyers: self.buyers.with_units(),
             outbox_backlog: self.outbox.backlog() as u64,
+            outbox_backlog_units: self.outbox.backlog_units(),
             outbox_acked_seq: self.outbox.acked_seq,
             outbox_attempts: self.outbox.attempts,
             outbox_retry_at_ms: self.outbox.retry_at_ms,

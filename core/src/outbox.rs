@@ -82,6 +82,11 @@ impl Outbox {
         self.entries.len()
     }
 
+    /// Sums the units waiting. O(backlog); for stats, not decisions.
+    pub fn backlog_units(&self) -> u64 {
+        self.entries.iter().map(|e| u64::from(e.quantity)).sum()
+    }
+
     pub fn push(&mut self, entry: OutboxEntry) {
         assert_eq!(entry.seq, self.next_seq(), "outbox sequence must be dense");
         self.entries.push_back(entry);

@@ -29,7 +29,7 @@ function capnpString(s) {
 }
 
 /** Writes the workerd config for the gate and returns its path. */
-export function writeConfig({ dir, stateDir, port, adminToken, originUrl = "" }) {
+export function writeConfig({ dir, stateDir, port, adminToken, originUrl = "", originSecret = "" }) {
   // Embedded paths are relative to the config file, so the build is copied
   // beside it; a rebuild during a run then cannot change a running gate.
   for (const f of ["index.js", "index_bg.wasm"]) copyFileSync(join(ROOT, "build", f), join(dir, f));
@@ -57,6 +57,7 @@ const gate :Workerd.Worker = (
     (name = "PRODUCT_GATE", durableObjectNamespace = "ProductGate"),
     (name = "ADMIN_TOKEN", text = ${capnpString(adminToken)}),
     (name = "ORIGIN_URL", text = ${capnpString(originUrl)}),
+    (name = "ORIGIN_HMAC_SECRET", text = ${capnpString(originSecret)}),
   ],
 );
 `;
@@ -69,12 +70,12 @@ const gate :Workerd.Worker = (
  * Starts workerd and waits until it answers. Returns { url, proc, stop, kill }.
  * `stateDir` may be reused across starts to test durability.
  */
-export async function startGate({ stateDir, port, adminToken = "test-admin-token", originUrl = "", quiet = true } = {}) {
+export async function startGate({ stateDir, port, adminToken = "test-admin-token", originUrl = "", originSecret = "", quiet = true } = {}) {
   const dir = mkdtempSync(join(tmpdir(), "flashgate-workerd-"));
   stateDir ??= join(dir, "state");
   mkdirSync(stateDir, { recursive: true });
   port ??= await freePort();
-  const config = writeConfig({ dir, stateDir, port, adminToken, originUrl });
+  const config = writeConfig({ dir, stateDir, port, adminToken, originUrl, originSecret });
   const started = Date.now();
   const proc = spawn(WORKERD, ["serve", config, "--experimental"], {
     stdio: ["ignore", quiet ? "ignore" : "inherit", "pipe"],

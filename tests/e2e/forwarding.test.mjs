@@ -1,0 +1,156 @@
+// Exactly-once forwarding of confirmed reservations from the gate's outbox to
+// the origin service (its real binary, on SQLite), over real HTTP.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { startGate, freePort } from "../support/runtime.mjs";
+import { startOrigin, reconcile, ORIGIN_SECRET } from "../support/origin.mjs";
+import { ADMIN_TOKEN, client, pool, rng, sleep } from "../support/client.mjs";
+
+const SEED = Number(process.env.E2E_SEED ?? Date.now() % 1_000_000);
+const why = (msg) => `${msg} (E2E_SEED=${SEED})`;
+
+/** Reserves and confirms `n` orders for distinct buyers; returns them. */
+async function buy(api, product, n, rand, prefix = "b") {
+  const done = await pool(
+    Array.from({ length: n }, (_, i) => async () => {
+      const buyer = `${prefix}-${i}`;
+      const quantity = 1 + Math.floor(rand() * 2);
+      const r = await api.reserve(product, buyer, quantity);
+      assert.equal(r.status, 201, why(JSON.stringify(r.body)));
+      const c = await api.confirm(product, buyer, r.body.reservation_id);
+      assert.equal(c.status, 200, why(JSON.stringify(c.body)));
+      return { rid: `${product}:${r.body.reservation_id}`, quantity };
+    }),
+    16,
+  );
+  return done;
+}
+
+async function drained(api, product, timeoutMs) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const s = (await api.stats(product)).body;
+    if (s.outbox.backlog === 0) return s;
+    if (Date.now() > deadline) return s;
+    await sleep(200);
+  }
+}
+
+function assertExactlyOnce(orders, bought, label) {
+  const ids = orders.map((o) => o.reservation_id);
+  assert.equal(new Set(ids).size, ids.length, why(`${label}: an order is stored twice`));
+  assert.deepEqual(new Set(ids), new Set(bought.map((b) => b.rid)), why(`${label}: orders differ`));
+  for (const o of orders) assert.equal(o.status, "accepted", why(`${label}: ${o.reservation_id} is ${o.status}`));
+}
+
+test("100 confirmed reservations reach the origin exactly once; reconciliation finds no drift", async () => {
+  const origin = await startOrigin();
+  const gate = await startGate({ originUrl: origin.url, originSecret: ORIGIN_SECRET });
+  try {
+    const api = client(gate.url);
+    await api.put("fwd", { stock_total: 500, per_buyer_max: 2, quantity_max: 2 });
+    const bought = await buy(api, "fwd", 100, rng(SEED));
+    const s = await drained(api, "fwd", 30_000);
+    assert.equal(s.outbox.backlog, 0, why(`outbox not drained: ${JSON.stringify(s.outbox)}`));
+    assert.equal(s.outbox.last_error, null);
+    const orders = await origin.orders("fwd");
+    assert.equal(orders.length, 100);
+    assertExactlyOnce(orders, bought, "fwd");
+    const units = orders.reduce((a, o) => a + o.quantity, 0);
+    assert.equal(units, s.sold, why("origin units equal the gate's sold"));
+    const p = await origin.product("fwd");
+    assert.equal(p.sold, s.sold);
+    const rec = reconcile({ dataDir: origin.dataDir, gateUrl: gate.url, adminToken: ADMIN_TOKEN, products: ["fwd"] });
+    assert.equal(rec.code, 0, JSON.stringify(rec));
+    assert.equal(rec.products[0].drift_units, 0);
+    assert.equal(rec.summary.drift, false);
+  } finally {
+    await gate.stop();
+    await origin.stop();
+  }
+});
+
+test("the origin down for 30 s: buying goes on, and every order arrives once", async () => {
+  const origin = await startOrigin();
+  const gate = await startGate({ originUrl: origin.url, originSecret: ORIGIN_SECRET });
+  let restarted;
+  try {
+    const api = client(gate.url);
+    await api.put("outage", { stock_total: 1000, per_buyer_max: 2, quantity_max: 2 });
+    const rand = rng(SEED + 1);
+    const before = await buy(api, "outage", 30, rand, "before");
+    await origin.stop();
+    const downAt = Date.now();
+    // Buy while the origin is down, timing each reserve + confirm.
+    const during = [];
+    const latencies = [];
+    while (Date.now() - downAt < 30_000) {
+      const t0 = performance.now();
+      during.push(...(await buy(api, "outage", 5, rand, `during-${during.length}`)));
+      latencies.push((performance.now() - t0) / 5);
+      await sleep(500);
+    }
+    const s = (await api.stats("outage")).body;
+    assert.ok(s.outbox.backlog > 0, "orders wait in the outbox");
+    assert.notEqual(s.outbox.last_error, null);
+    restarted = await startOrigin({ port: origin.port, dataDir: origin.dataDir });
+    const after = await buy(api, "outage", 10, rand, "after");
+    // The backoff is capped at 60 s, so the backlog drains within about that.
+    const end = await drained(api, "outage", 90_000);
+    assert.equal(end.outbox.backlog, 0, why(`not drained: ${JSON.stringify(end.outbox)}`));
+    const all = [...before, ...during, ...after];
+    const orders = await restarted.orders("outage");
+    assertExactlyOnce(orders, all, "outage");
+    latencies.sort((a, b) => a - b);
+    console.log(
+      `outage: ${during.length} orders bought while the origin was down; reserve+confirm median ${latencies[latencies.length >> 1].toFixed(1)} ms per order; ${orders.length} stored once each`,
+    );
+  } finally {
+    await gate.stop();
+    await restarted?.stop();
+    await origin.stop();
+  }
+});
+
+test("a batch committed but answered with an error is delivered again without duplicates", async () => {
+  const origin = await startOrigin({ faultAfterCommit: 3 });
+  const gate = await startGate({ originUrl: origin.url, originSecret: ORIGIN_SECRET });
+  try {
+    const api = client(gate.url);
+    await api.put("dup", { stock_total: 500, per_buyer_max: 2, quantity_max: 2 });
+    const bought = await buy(api, "dup", 40, rng(SEED + 2));
+    const s = await drained(api, "dup", 60_000);
+    assert.equal(s.outbox.backlog, 0, why(`not drained: ${JSON.stringify(s.outbox)}`));
+    const orders = await origin.orders("dup");
+    assertExactlyOnce(orders, bought, "dup");
+    const metrics = await origin.metrics();
+    const dups = Number(/flashgate_origin_orders_duplicate_total (\d+)/.exec(metrics)?.[1] ?? 0);
+    assert.ok(dups > 0, `the origin saw redelivered orders: ${metrics}`);
+    assert.equal((await origin.product("dup")).sold, s.sold);
+  } finally {
+    await gate.stop();
+    await origin.stop();
+  }
+});
+
+test("a gate started with the origin unreachable drains on its own once it is up", async () => {
+  const port = await freePort();
+  const gate = await startGate({ originUrl: `http://127.0.0.1:${port}`, originSecret: ORIGIN_SECRET });
+  let origin;
+  try {
+    const api = client(gate.url);
+    await api.put("late", { stock_total: 100, per_buyer_max: 2, quantity_max: 2 });
+    const bought = await buy(api, "late", 20, rng(SEED + 3));
+    await sleep(3000);
+    const waiting = (await api.stats("late")).body;
+    assert.equal(waiting.outbox.backlog, 20);
+    assert.match(waiting.outbox.last_error, /network/);
+    origin = await startOrigin({ port });
+    const s = await drained(api, "late", 90_000);
+    assert.equal(s.outbox.backlog, 0, why(`not drained: ${JSON.stringify(s.outbox)}`));
+    assertExactlyOnce(await origin.orders("late"), bought, "late");
+  } finally {
+    await gate.stop();
+    await origin?.stop();
+  }
+});

@@ -1,0 +1,91 @@
+// Starts the origin service binary (built by scripts/test; its path comes in
+// FLASHGATE_ORIGIN_BIN) on a given or free port, with SQLite in a data dir.
+import { spawn, execFileSync } from "node:child_process";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { freePort, ROOT } from "./runtime.mjs";
+
+export const ORIGIN_SECRET = "test-origin-secret";
+
+export function originBin() {
+  if (process.env.FLASHGATE_ORIGIN_BIN) return process.env.FLASHGATE_ORIGIN_BIN;
+  const meta = JSON.parse(execFileSync("cargo", ["metadata", "--format-version", "1", "--no-deps"], { cwd: ROOT }));
+  return join(meta.target_directory, "release", "flashgate-origin");
+}
+
+export async function startOrigin({ port, dataDir, faultAfterCommit = 0, databaseUrl } = {}) {
+  port ??= await freePort();
+  dataDir ??= mkdtempSync(join(tmpdir(), "flashgate-origin-"));
+  const env = {
+    ...process.env,
+    ORIGIN_HMAC_SECRET: ORIGIN_SECRET,
+    FLASHGATE_DATA_DIR: dataDir,
+    FLASHGATE_ORIGIN_LISTEN: `127.0.0.1:${port}`,
+    FLASHGATE_FAULT_AFTER_COMMIT: String(faultAfterCommit),
+    RUST_LOG: process.env.RUST_LOG ?? "warn",
+  };
+  if (databaseUrl) env.DATABASE_URL = databaseUrl;
+  else delete env.DATABASE_URL;
+  const proc = spawn(originBin(), ["serve"], { env, stdio: ["ignore", "ignore", "pipe"] });
+  let stderr = "";
+  proc.stderr.on("data", (d) => (stderr += d));
+  const url = `http://127.0.0.1:${port}`;
+  for (let i = 0; ; i++) {
+    if (proc.exitCode !== null) throw new Error(`origin exited ${proc.exitCode}: ${stderr}`);
+    try {
+      if ((await fetch(`${url}/healthz`)).ok) break;
+    } catch {}
+    if (i > 400) throw new Error(`origin did not start: ${stderr}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const exited = new Promise((ok) => proc.once("exit", ok));
+  return {
+    url,
+    port,
+    dataDir,
+    proc,
+    stderr: () => stderr,
+    async stop() {
+      if (proc.exitCode === null) proc.kill("SIGTERM");
+      await exited;
+    },
+    /** Every order the origin stored, following the cursor. */
+    async orders(productId) {
+      const all = [];
+      let after = 0;
+      for (;;) {
+        const q = new URLSearchParams({ limit: "1000", after: String(after) });
+        if (productId) q.set("product_id", productId);
+        const page = await (await fetch(`${url}/v1/orders?${q}`)).json();
+        all.push(...page.orders);
+        if (page.next_after === null) return all;
+        after = page.next_after;
+      }
+    },
+    async product(id) {
+      const r = await fetch(`${url}/v1/products/${id}`);
+      return r.ok ? r.json() : null;
+    },
+    async metrics() {
+      return (await fetch(`${url}/metrics`)).text();
+    },
+  };
+}
+
+/** Runs `flashgate-origin reconcile` and returns its report lines and exit code. */
+export function reconcile({ dataDir, gateUrl, adminToken, products = [] }) {
+  const args = ["reconcile", "--gate-url", gateUrl, ...products.flatMap((p) => ["--product", p])];
+  const env = { ...process.env, FLASHGATE_DATA_DIR: dataDir, ADMIN_TOKEN: adminToken };
+  delete env.DATABASE_URL;
+  let out;
+  let code = 0;
+  try {
+    out = execFileSync(originBin(), args, { env, encoding: "utf8" });
+  } catch (e) {
+    out = e.stdout;
+    code = e.status;
+  }
+  const lines = out.trim().split("\n").map((l) => JSON.parse(l));
+  return { code, products: lines.slice(0, -1), summary: lines.at(-1) };
+}
