@@ -8,6 +8,7 @@ export async function load({ url, connections = 64, durationMs = 5000, warmupMs 
   const latencies = [];
   const statuses = {};
   let errors = 0;
+  const errorKinds = {};
   let stopAt = 0;
   let measuring = false;
   let seq = 0;
@@ -33,8 +34,11 @@ export async function load({ url, connections = 64, durationMs = 5000, warmupMs 
           latencies.push(Number(process.hrtime.bigint() - started) / 1e6);
           statuses[status] = (statuses[status] ?? 0) + 1;
         }
-      } catch {
-        if (measuring) errors++;
+      } catch (e) {
+        if (measuring) {
+          errors++;
+          errorKinds[e.code ?? e.message] = (errorKinds[e.code ?? e.message] ?? 0) + 1;
+        }
       }
     }
     agent.destroy();
@@ -47,7 +51,7 @@ export async function load({ url, connections = 64, durationMs = 5000, warmupMs 
   const seconds = (Date.now() - measureStart) / 1000;
   latencies.sort((a, b) => a - b);
   const q = (p) => latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))] ?? NaN;
-  return { rps: latencies.length / seconds, p50: q(0.5), p99: q(0.99), count: latencies.length, errors, statuses };
+  return { rps: latencies.length / seconds, p50: q(0.5), p99: q(0.99), count: latencies.length, errors, errorKinds, statuses };
 }
 
 export const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
