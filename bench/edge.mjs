@@ -155,7 +155,8 @@ async function main() {
   console.log("");
   console.log(`ratio reserve / ceiling-each:  ${(m.reserve.rps / m.each.rps).toFixed(2)}  (per-run: ${results.reserve.map((r, i) => (r.rps / results.each[i].rps).toFixed(2)).join(", ")})`);
   console.log(`ratio sold-out / ceiling-hop:  ${(m.soldOut.rps / m.hop.rps).toFixed(2)}`);
-  if (m.reserve.errors || m.soldOut.errors) console.log(`errors: reserve ${m.reserve.errors}, sold-out ${m.soldOut.errors}`);
+  const kinds = (rs) => JSON.stringify(rs.reduce((a, r) => { for (const [k, v] of Object.entries(r.errorKinds)) a[k] = (a[k] ?? 0) + v; return a; }, {}));
+  if (m.reserve.errors || m.soldOut.errors) console.log(`errors: reserve ${m.reserve.errors} ${kinds(results.reserve)}, sold-out ${m.soldOut.errors} ${kinds(results.soldOut)}`);
 }
 
 await main();

@@ -33,6 +33,15 @@ async fn read_body(req: &mut Request) -> worker::Result<Result<Vec<u8>, Problem>
     if declared == Some(0) || matches!(req.method(), Method::Get | Method::Head) {
         return Ok(Ok(Vec::new()));
     }
+    if declared.is_some() {
+        // The declared length is within the limit, and the runtime holds a
+        // body to its declared length, so it can be read in one piece.
+        let body = req.bytes().await?;
+        if body.len() > BODY_BYTES_MAX {
+            return Ok(Err(Problem::body_too_large(BODY_BYTES_MAX)));
+        }
+        return Ok(Ok(body));
+    }
     let mut body = Vec::new();
     let mut stream = match req.stream() {
         Ok(s) => s,
