@@ -90,7 +90,7 @@ async function main() {
   const gate = await startGate();
   const api = client(gate.url);
   const ceiling = await startCeiling();
-  const results = { reserve: [], soldOut: [], each: [], group: [], hop: [] };
+  const results = { reserve: [], soldOut: [], reads: [], each: [], group: [], hop: [] };
   try {
     let run = 0;
     for (let i = 0; i < RUNS; i++) {
@@ -128,6 +128,8 @@ async function main() {
           }),
         }),
       );
+      // Buyer pages polling the product: answered from the edge's cache.
+      results.reads.push(await load({ url: gate.url, connections: CONNECTIONS, durationMs: SECONDS * 1000, request: () => ({ path: `/api/products/${sold}` }) }));
       for (const [name, path] of [["each", "/each"], ["group", "/group"], ["hop", "/hop"]]) {
         results[name].push(await load({ url: ceiling.url, connections: CONNECTIONS, durationMs: SECONDS * 1000, request: () => ({ path }) }));
       }
@@ -149,6 +151,7 @@ async function main() {
   console.log("");
   console.log(`flashgate reserve (201, durable)  ${fmt(m.reserve)}   statuses ${m.reserve.statuses}`);
   console.log(`flashgate reserve on sold out     ${fmt(m.soldOut)}   statuses ${m.soldOut.statuses}`);
+  console.log(`flashgate product reads (edge)    ${fmt(m.reads)}`);
   console.log(`ceiling /each (JS, put/request)   ${fmt(m.each)}`);
   console.log(`ceiling /group (JS, group commit) ${fmt(m.group)}`);
   console.log(`ceiling /hop (JS, no storage)     ${fmt(m.hop)}`);

@@ -1,13 +1,59 @@
 //! The Worker's fetch handler: the edge in front of every product.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use futures_util::StreamExt;
-use worker::{event, Context, Env, Method, Request, RequestInit, Response};
+use worker::{event, Context, Env, Headers, Method, Request, RequestInit, Response};
 
 use crate::api::{self, Incoming, Route, BODY_BYTES_MAX};
 use crate::http;
 use crate::problem::Problem;
 
 const PAGE: &str = include_str!("../web/index.html");
+
+/// Product reads are answered from this isolate's memory for up to this
+/// long. Every buyer page polls its product; without this, a crowd watching
+/// a sold-out product would send every poll to the one Durable Object, whose
+/// soft limit is about 1,000 requests/s. A read decides nothing, so a second
+/// of staleness cannot oversell or break idempotency: every reserve still
+/// goes to the object.
+const PRODUCT_CACHE_TTL_MS: u64 = 1_000;
+/// The cache is cleared whole when it reaches this many products, which
+/// bounds its memory against requests for many random ids.
+const PRODUCT_CACHE_ENTRIES_MAX: usize = 1_024;
+
+struct CachedRead {
+    fetched_at_ms: u64,
+    status: u16,
+    content_type: String,
+    body: Vec<u8>,
+}
+
+thread_local! {
+    // An isolate is single-threaded: requests interleave only at awaits,
+    // and no borrow of this cell spans one.
+    static PRODUCT_CACHE: RefCell<HashMap<String, CachedRead>> = RefCell::new(HashMap::new());
+}
+
+fn cached_read(product_id: &str, now_ms: u64) -> Option<worker::Result<Response>> {
+    PRODUCT_CACHE.with_borrow(|cache| {
+        let hit = cache.get(product_id)?;
+        if now_ms.saturating_sub(hit.fetched_at_ms) >= PRODUCT_CACHE_TTL_MS {
+            return None;
+        }
+        Some(read_response(hit))
+    })
+}
+
+fn read_response(read: &CachedRead) -> worker::Result<Response> {
+    let headers = Headers::new();
+    headers.set("content-type", &read.content_type)?;
+    headers.set("cache-control", "public, max-age=1")?;
+    Ok(Response::from_bytes(read.body.clone())?
+        .with_status(read.status)
+        .with_headers(headers))
+}
 
 #[event(fetch)]
 async fn fetch(req: Request, env: Env, _ctx: Context) -> worker::Result<Response> {
@@ -97,6 +143,14 @@ async fn handle(mut req: Request, env: &Env) -> worker::Result<Response> {
         Err(p) => return http::problem(p),
     };
 
+    let is_read = matches!(cmd, crate::api::Command::GetProduct { .. });
+    let now_ms = worker::Date::now().as_millis();
+    if is_read {
+        if let Some(hit) = cached_read(&product_id, now_ms) {
+            return hit;
+        }
+    }
+
     // One object per product: it serialises every decision about its stock.
     let stub = env
         .durable_object("PRODUCT_GATE")?
@@ -106,5 +160,25 @@ async fn handle(mut req: Request, env: &Env) -> worker::Result<Response> {
     init.with_method(Method::Post)
         .with_body(Some(serde_json::to_string(&cmd)?.into()));
     let internal = Request::new_with_init("https://product-gate/command", &init)?;
-    stub.fetch_with_request(internal).await
+    let mut resp = stub.fetch_with_request(internal).await?;
+    if !is_read || !matches!(resp.status_code(), 200 | 404) {
+        return Ok(resp);
+    }
+    let read = CachedRead {
+        fetched_at_ms: now_ms,
+        status: resp.status_code(),
+        content_type: resp
+            .headers()
+            .get("content-type")?
+            .unwrap_or_else(|| "application/json".into()),
+        body: resp.bytes().await?,
+    };
+    let out = read_response(&read);
+    PRODUCT_CACHE.with_borrow_mut(|cache| {
+        if cache.len() >= PRODUCT_CACHE_ENTRIES_MAX {
+            cache.clear();
+        }
+        cache.insert(product_id, read);
+    });
+    out
 }
