@@ -135,10 +135,10 @@ impl ProductGate {
             let mut inner = self.inner.borrow_mut();
             let creating = inner.gate.is_none();
             let reply = service::execute(&mut inner.gate, cmd, now);
-            let created = creating && inner.gate.is_some();
-            let product_id = service::product_of(cmd).to_string();
-            if created {
-                inner.product_id = Some(product_id.clone());
+            let created =
+                (creating && inner.gate.is_some()).then(|| service::product_of(cmd).to_string());
+            if let Some(id) = &created {
+                inner.product_id = Some(id.clone());
             }
             let mut reply = reply;
             if let (Command::Stats { .. }, Some(obj)) = (cmd, reply.body.as_object_mut()) {
@@ -151,7 +151,7 @@ impl ProductGate {
                     );
                 }
             }
-            (reply, created.then_some(product_id))
+            (reply, created)
         };
         self.persist(creating.as_deref())?;
         Ok(reply)
@@ -186,7 +186,7 @@ impl ProductGate {
                     return Ok(());
                 };
                 let up_to = last.seq;
-                let stock_total = gate.stats(now).stock_total;
+                let stock_total = gate.stock_total();
                 let orders = entries
                     .iter()
                     .map(|e| wire::Order {

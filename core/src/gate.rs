@@ -139,6 +139,10 @@ impl Gate {
         self.mode
     }
 
+    pub fn stock_total(&self) -> u64 {
+        self.stock_total
+    }
+
     pub fn phase(&self, now_ms: u64) -> Phase {
         self.config.phase(self.mode, now_ms)
     }

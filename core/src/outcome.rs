@@ -71,6 +71,24 @@ impl ReserveOutcome {
             ReserveOutcome::Overloaded { .. } => "overloaded",
         }
     }
+
+    /// This outcome's counter; `stats::RESERVE_CODES[slot]` is its code.
+    pub(crate) fn slot(&self) -> usize {
+        match self {
+            ReserveOutcome::Reserved { .. } => 0,
+            ReserveOutcome::Replayed { .. } => 1,
+            ReserveOutcome::IdempotencyConflict { .. } => 2,
+            ReserveOutcome::SoldOut => 3,
+            ReserveOutcome::InsufficientStock { .. } => 4,
+            ReserveOutcome::BuyerLimitReached { .. } => 5,
+            ReserveOutcome::NotOpen { .. } => 6,
+            ReserveOutcome::Closed => 7,
+            ReserveOutcome::Paused => 8,
+            ReserveOutcome::InvalidQuantity { .. } => 9,
+            ReserveOutcome::InvalidInput(_) => 10,
+            ReserveOutcome::Overloaded { .. } => 11,
+        }
+    }
 }
 
 /// Which input the core refused as malformed. The edge refuses these before
@@ -117,6 +135,17 @@ impl ConfirmOutcome {
             ConfirmOutcome::InvalidInput(_) => "invalid_input",
         }
     }
+
+    /// This outcome's counter; `stats::CONFIRM_CODES[slot]` is its code.
+    pub(crate) fn slot(&self) -> usize {
+        match self {
+            ConfirmOutcome::Confirmed(_) => 0,
+            ConfirmOutcome::Expired => 1,
+            ConfirmOutcome::Cancelled => 2,
+            ConfirmOutcome::Unknown => 3,
+            ConfirmOutcome::InvalidInput(_) => 4,
+        }
+    }
 }
 
 /// The answer to a cancel request.
@@ -139,6 +168,16 @@ impl CancelOutcome {
             CancelOutcome::AlreadyConfirmed => "already_confirmed",
             CancelOutcome::AlreadyExpired => "already_expired",
             CancelOutcome::Unknown => "unknown_reservation",
+        }
+    }
+
+    /// This outcome's counter; `stats::CANCEL_CODES[slot]` is its code.
+    pub(crate) fn slot(&self) -> usize {
+        match self {
+            CancelOutcome::Cancelled { .. } => 0,
+            CancelOutcome::AlreadyConfirmed => 1,
+            CancelOutcome::AlreadyExpired => 2,
+            CancelOutcome::Unknown => 3,
         }
     }
 }

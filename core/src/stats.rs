@@ -14,7 +14,7 @@ pub struct Counters {
     pub holds_expired: u64,
 }
 
-const RESERVE_CODES: [&str; 12] = [
+pub(crate) const RESERVE_CODES: [&str; 12] = [
     "reserved",
     "replayed",
     "idempotency_conflict",
@@ -28,38 +28,34 @@ const RESERVE_CODES: [&str; 12] = [
     "invalid_input",
     "overloaded",
 ];
-const CONFIRM_CODES: [&str; 5] = [
+pub(crate) const CONFIRM_CODES: [&str; 5] = [
     "confirmed",
     "expired",
     "cancelled",
     "unknown_reservation",
     "invalid_input",
 ];
-const CANCEL_CODES: [&str; 4] = [
+pub(crate) const CANCEL_CODES: [&str; 4] = [
     "cancelled",
     "already_confirmed",
     "already_expired",
     "unknown_reservation",
 ];
 
-fn slot(codes: &[&str], code: &str) -> usize {
-    codes
-        .iter()
-        .position(|c| *c == code)
-        .expect("every outcome code has a counter")
-}
-
 impl Counters {
     pub(crate) fn count_reserve(&mut self, o: &ReserveOutcome) {
-        self.reserve[slot(&RESERVE_CODES, o.code())] += 1;
+        debug_assert_eq!(RESERVE_CODES[o.slot()], o.code());
+        self.reserve[o.slot()] += 1;
     }
 
     pub(crate) fn count_confirm(&mut self, o: &ConfirmOutcome) {
-        self.confirm[slot(&CONFIRM_CODES, o.code())] += 1;
+        debug_assert_eq!(CONFIRM_CODES[o.slot()], o.code());
+        self.confirm[o.slot()] += 1;
     }
 
     pub(crate) fn count_cancel(&mut self, o: &CancelOutcome) {
-        self.cancel[slot(&CANCEL_CODES, o.code())] += 1;
+        debug_assert_eq!(CANCEL_CODES[o.slot()], o.code());
+        self.cancel[o.slot()] += 1;
     }
 
     /// `(operation, outcome code, count)` for every outcome, zeros included.
