@@ -124,10 +124,14 @@ async fn handle(mut req: Request, env: &Env) -> worker::Result<Response> {
     let buyer = headers.get("x-buyer-id")?;
     let idempotency_key = headers.get("idempotency-key")?;
     let authorization = headers.get("authorization")?;
-    let admin_token = env
-        .secret("ADMIN_TOKEN")
-        .map(|s| s.to_string())
-        .unwrap_or_default();
+    // Only admin routes need the token; a buy request does not look it up.
+    let admin_token = if route.is_admin() {
+        env.secret("ADMIN_TOKEN")
+            .map(|s| s.to_string())
+            .unwrap_or_default()
+    } else {
+        String::new()
+    };
     let incoming = Incoming {
         method: &method,
         path: &path,

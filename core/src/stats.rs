@@ -74,13 +74,6 @@ impl Counters {
             .map(|(c, n)| ("cancel", *c, n));
         reserve.chain(confirm).chain(cancel)
     }
-
-    /// The count of one outcome, by operation and code.
-    pub fn get(&self, op: &str, code: &str) -> u64 {
-        self.iter()
-            .find(|&(o, c, _)| o == op && c == code)
-            .map_or(0, |(_, _, n)| n)
-    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
