@@ -1,25 +1,93 @@
-//! The public HTTP API at the edge: routing and validation.
+//! The public HTTP API at the edge: the route table, routing, and the
+//! validation of a request into a `Command`.
 //!
 //! This module is pure (no `worker` types), so it is tested natively. The
 //! Worker hands it the method, path, the few headers it reads and the body;
 //! it returns either a `Command` for the product's Durable Object or the
 //! `Problem` to answer with. The Durable Object never sees malformed input.
+//! `ROUTES` is the only list of the gate's routes: the router walks it, and a
+//! test checks it against `openapi.yaml`.
 
-use flashgate_core::limits;
+use flashgate_core::{limits, ConfigPatch};
+use flashgate_wire::bounds;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::problem::Problem;
 
 /// The largest request body the edge reads.
 pub const BODY_BYTES_MAX: usize = 4 * 1024;
-pub const PRODUCT_ID_BYTES_MAX: usize = 64;
+
+/// What a route does, before its path parameters are filled in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouteKind {
+    Page,
+    OpenApi,
+    GetProduct,
+    Reserve,
+    GetReservation,
+    Confirm,
+    Cancel,
+    AdminPut,
+    AdminStats,
+    AdminRestock,
+}
+
+/// Every route of the gate: method, path template, and what it does. Path
+/// parameters are `{product_id}` and `{reservation_id}`.
+pub const ROUTES: &[(&str, &str, RouteKind)] = &[
+    ("GET", "/", RouteKind::Page),
+    ("GET", "/index.html", RouteKind::Page),
+    ("GET", "/openapi.json", RouteKind::OpenApi),
+    ("GET", "/api/products/{product_id}", RouteKind::GetProduct),
+    (
+        "POST",
+        "/api/products/{product_id}/reservations",
+        RouteKind::Reserve,
+    ),
+    (
+        "GET",
+        "/api/products/{product_id}/reservations/{reservation_id}",
+        RouteKind::GetReservation,
+    ),
+    (
+        "POST",
+        "/api/products/{product_id}/reservations/{reservation_id}/confirm",
+        RouteKind::Confirm,
+    ),
+    (
+        "POST",
+        "/api/products/{product_id}/reservations/{reservation_id}/cancel",
+        RouteKind::Cancel,
+    ),
+    ("PUT", "/admin/products/{product_id}", RouteKind::AdminPut),
+    (
+        "POST",
+        "/admin/products/{product_id}/restock",
+        RouteKind::AdminRestock,
+    ),
+    (
+        "GET",
+        "/admin/products/{product_id}/stats",
+        RouteKind::AdminStats,
+    ),
+];
 
 /// Where a request goes, decided from the method and path alone.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Route {
-    /// The buyer page.
+    /// The buyer page, served by the Worker itself.
     Page,
+    /// The OpenAPI document, served by the Worker itself.
+    OpenApi,
+    /// A request for a product's Durable Object.
+    Api(ApiRoute),
+}
+
+/// A route that a product's Durable Object answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ApiRoute {
     GetProduct(String),
     Reserve(String),
     GetReservation(String, u64),
@@ -30,34 +98,25 @@ pub enum Route {
     AdminRestock(String),
 }
 
-impl Route {
+impl ApiRoute {
     pub fn is_admin(&self) -> bool {
         matches!(
             self,
-            Route::AdminPut(_) | Route::AdminStats(_) | Route::AdminRestock(_)
+            ApiRoute::AdminPut(_) | ApiRoute::AdminStats(_) | ApiRoute::AdminRestock(_)
         )
     }
 
-    pub fn product_id(&self) -> Option<&str> {
+    pub fn product_id(&self) -> &str {
         match self {
-            Route::Page => None,
-            Route::GetProduct(p)
-            | Route::Reserve(p)
-            | Route::GetReservation(p, _)
-            | Route::Confirm(p, _)
-            | Route::Cancel(p, _)
-            | Route::AdminPut(p)
-            | Route::AdminStats(p)
-            | Route::AdminRestock(p) => Some(p),
+            ApiRoute::GetProduct(p)
+            | ApiRoute::Reserve(p)
+            | ApiRoute::GetReservation(p, _)
+            | ApiRoute::Confirm(p, _)
+            | ApiRoute::Cancel(p, _)
+            | ApiRoute::AdminPut(p)
+            | ApiRoute::AdminStats(p)
+            | ApiRoute::AdminRestock(p) => p,
         }
-    }
-
-    /// Whether the route takes a JSON body.
-    fn takes_body(&self) -> bool {
-        matches!(
-            self,
-            Route::Reserve(_) | Route::Confirm(..) | Route::AdminPut(_) | Route::AdminRestock(_)
-        )
     }
 }
 
@@ -93,7 +152,7 @@ pub enum Command {
     },
     Upsert {
         product_id: String,
-        settings: Settings,
+        patch: ConfigPatch,
     },
     Restock {
         product_id: String,
@@ -104,62 +163,29 @@ pub enum Command {
     },
 }
 
-/// What an admin `PUT` may set. Absent fields keep their value (or the
-/// default, for a new product). `opens_at_ms` / `closes_at_ms` take `null`
-/// to clear the window, so they are doubly optional.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Settings {
-    pub stock_total: Option<u64>,
-    pub per_buyer_max: Option<u32>,
-    pub quantity_max: Option<u32>,
-    pub hold_ttl_ms: Option<u64>,
-    pub idem_window_ms: Option<u64>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "present"
-    )]
-    pub opens_at_ms: Option<Option<u64>>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "present"
-    )]
-    pub closes_at_ms: Option<Option<u64>>,
-    pub reservations_max: Option<u32>,
-    /// `active`, `paused` or `closed`.
-    pub mode: Option<String>,
-}
-
-/// A field that is present, possibly as `null`: `Some(None)` means "clear".
-/// An absent field is `None` through `#[serde(default)]`.
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
-    Option::<u64>::deserialize(d).map(Some)
+impl Command {
+    /// The product the command is for.
+    pub fn product_id(&self) -> &str {
+        match self {
+            Command::GetProduct { product_id }
+            | Command::Reserve { product_id, .. }
+            | Command::GetReservation { product_id, .. }
+            | Command::Confirm { product_id, .. }
+            | Command::Cancel { product_id, .. }
+            | Command::Upsert { product_id, .. }
+            | Command::Restock { product_id, .. }
+            | Command::Stats { product_id } => product_id,
+        }
+    }
 }
 
 /// The parts of a request the edge reads.
 pub struct Incoming<'a> {
-    pub method: &'a str,
-    pub path: &'a str,
     pub content_type: Option<&'a str>,
     pub buyer: Option<&'a str>,
     pub idempotency_key: Option<&'a str>,
     pub authorization: Option<&'a str>,
     pub body: &'a [u8],
-}
-
-fn id_char(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || c == b'_' || c == b'-'
-}
-
-pub fn valid_product_id(id: &str) -> bool {
-    !id.is_empty() && id.len() <= PRODUCT_ID_BYTES_MAX && id.bytes().all(id_char)
-}
-
-pub fn valid_buyer_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= limits::BUYER_ID_BYTES_MAX
-        && id.bytes().all(|c| id_char(c) || c == b'.')
 }
 
 /// The Idempotency-Key header is a Structured Field string
@@ -186,53 +212,90 @@ pub fn parse_idempotency_key(raw: &str) -> Result<String, Problem> {
     }
 }
 
-/// Routes by method and path. Unknown paths are 404, known paths with the
-/// wrong method 405, and malformed ids 400 (product) or 404 (reservation).
-pub fn route(method: &str, path: &str) -> Result<Route, Problem> {
-    let parts: Vec<&str> = path.trim_end_matches('/').split('/').collect();
-    let allow = |allowed: &'static str, route: Route| {
-        if allowed.split(", ").any(|m| m == method) {
-            Ok(route)
-        } else {
-            Err(Problem::method_not_allowed(allowed))
+/// Reservation ids are decimal, without sign or leading zeros, as the gate
+/// issues them. Anything else names no reservation.
+fn reservation_id(s: &str) -> Option<u64> {
+    let digits = !s.is_empty() && s.len() <= 20 && s.bytes().all(|c| c.is_ascii_digit());
+    let n: u64 = s.parse().ok().filter(|_| digits)?;
+    (n > 0 && n.to_string() == s).then_some(n)
+}
+
+/// The path parameters of one template match.
+#[derive(Default)]
+struct Params<'a> {
+    product_id: Option<&'a str>,
+    reservation_id: Option<&'a str>,
+}
+
+/// Matches `path` against `template`, segment by segment.
+fn match_template<'a>(template: &str, path: &'a str) -> Option<Params<'a>> {
+    let mut params = Params::default();
+    let mut segments = path.split('/');
+    for want in template.split('/') {
+        let got = segments.next()?;
+        match want {
+            "{product_id}" => params.product_id = Some(got),
+            "{reservation_id}" => params.reservation_id = Some(got),
+            literal if literal == got => {}
+            _ => return None,
         }
-    };
-    let product = |id: &str| {
-        if valid_product_id(id) {
-            Ok(id.to_string())
-        } else {
-            Err(Problem::invalid_product_id())
-        }
-    };
-    let reservation = |id: &str| -> Result<u64, Problem> {
-        // Ids are decimal, without sign or leading zeros, as the gate issues.
-        let ok = !id.is_empty() && id.len() <= 19 && id.bytes().all(|c| c.is_ascii_digit());
-        match id.parse::<u64>() {
-            Ok(n) if ok && n > 0 && n.to_string() == id => Ok(n),
-            _ => Err(Problem::invalid_reservation_id()),
-        }
-    };
-    match parts.as_slice() {
-        [""] | ["", "index.html"] => allow("GET", Route::Page),
-        ["", "api", "products", id] => allow("GET", Route::GetProduct(product(id)?)),
-        ["", "api", "products", id, "reservations"] => allow("POST", Route::Reserve(product(id)?)),
-        ["", "api", "products", id, "reservations", rid] => allow(
-            "GET",
-            Route::GetReservation(product(id)?, reservation(rid)?),
-        ),
-        ["", "api", "products", id, "reservations", rid, "confirm"] => {
-            allow("POST", Route::Confirm(product(id)?, reservation(rid)?))
-        }
-        ["", "api", "products", id, "reservations", rid, "cancel"] => {
-            allow("POST", Route::Cancel(product(id)?, reservation(rid)?))
-        }
-        ["", "admin", "products", id] => allow("PUT", Route::AdminPut(product(id)?)),
-        ["", "admin", "products", id, "stats"] => allow("GET", Route::AdminStats(product(id)?)),
-        ["", "admin", "products", id, "restock"] => {
-            allow("POST", Route::AdminRestock(product(id)?))
-        }
-        _ => Err(Problem::not_found(format!("no route for {path}"))),
     }
+    segments.next().is_none().then_some(params)
+}
+
+/// Routes by method and path. Unknown paths are 404, known paths with the
+/// wrong method 405 (with `Allow`), and malformed ids 400 (product) or 404
+/// (reservation).
+pub fn route(method: &str, path: &str) -> Result<Route, Problem> {
+    // A trailing slash names the same resource, except for the root.
+    let path = match path.strip_suffix('/') {
+        Some(p) if !p.is_empty() => p,
+        _ => path,
+    };
+    let mut allowed: Vec<&str> = Vec::new();
+    let mut found = None;
+    for &(m, template, kind) in ROUTES {
+        if let Some(params) = match_template(template, path) {
+            if m == method {
+                found = Some((kind, params));
+                break;
+            }
+            allowed.push(m);
+        }
+    }
+    let Some((kind, params)) = found else {
+        return Err(if allowed.is_empty() {
+            Problem::not_found(format!("no route for {path}"))
+        } else {
+            Problem::method_not_allowed(allowed.join(", "))
+        });
+    };
+    let product = || -> Result<String, Problem> {
+        match params.product_id {
+            Some(id) if bounds::valid_product_id(id) => Ok(id.to_string()),
+            _ => Err(Problem::invalid_product_id()),
+        }
+    };
+    let reservation = || -> Result<u64, Problem> {
+        params
+            .reservation_id
+            .and_then(reservation_id)
+            .ok_or_else(Problem::invalid_reservation_id)
+    };
+    Ok(match kind {
+        RouteKind::Page => Route::Page,
+        RouteKind::OpenApi => Route::OpenApi,
+        RouteKind::GetProduct => Route::Api(ApiRoute::GetProduct(product()?)),
+        RouteKind::Reserve => Route::Api(ApiRoute::Reserve(product()?)),
+        RouteKind::GetReservation => {
+            Route::Api(ApiRoute::GetReservation(product()?, reservation()?))
+        }
+        RouteKind::Confirm => Route::Api(ApiRoute::Confirm(product()?, reservation()?)),
+        RouteKind::Cancel => Route::Api(ApiRoute::Cancel(product()?, reservation()?)),
+        RouteKind::AdminPut => Route::Api(ApiRoute::AdminPut(product()?)),
+        RouteKind::AdminStats => Route::Api(ApiRoute::AdminStats(product()?)),
+        RouteKind::AdminRestock => Route::Api(ApiRoute::AdminRestock(product()?)),
+    })
 }
 
 /// Compares in time independent of where the inputs differ, so the admin
@@ -257,7 +320,10 @@ fn check_admin(authorization: Option<&str>, admin_token: &str) -> Result<(), Pro
     Ok(())
 }
 
-fn json_object(inc: &Incoming, route: &Route) -> Result<Map<String, Value>, Problem> {
+/// The body as `T`: a JSON object (syntax errors are 400 `malformed_json`;
+/// any other shape, an unknown member or a wrong type is 422
+/// `invalid_body`, with serde's message naming the member).
+fn json_body<T: DeserializeOwned>(inc: &Incoming, what: &str) -> Result<T, Problem> {
     let ct = inc.content_type.unwrap_or("");
     let media = ct.split(';').next().unwrap_or("").trim();
     if !media.eq_ignore_ascii_case("application/json") {
@@ -265,79 +331,61 @@ fn json_object(inc: &Incoming, route: &Route) -> Result<Map<String, Value>, Prob
     }
     let value: Value = serde_json::from_slice(inc.body)
         .map_err(|e| Problem::malformed_json(format!("the body is not valid JSON: {e}")))?;
-    match value {
-        Value::Object(map) => Ok(map),
-        _ => Err(Problem::invalid_body(format!(
-            "the body of {} must be a JSON object",
-            route_name(route)
-        ))),
+    if !value.is_object() {
+        return Err(Problem::invalid_body(format!(
+            "the body of {what} must be a JSON object"
+        )));
     }
+    serde_json::from_value(value).map_err(|e| Problem::invalid_body(e.to_string()))
 }
 
-fn route_name(route: &Route) -> &'static str {
-    match route {
-        Route::Reserve(_) => "a reserve",
-        Route::Confirm(..) => "a confirm",
-        Route::AdminPut(_) => "a product update",
-        Route::AdminRestock(_) => "a restock",
-        _ => "this request",
-    }
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReserveBody {
+    /// A `Value`, not a `u32`, so that a number out of range (an invalid
+    /// quantity) is told apart from a string (an invalid body).
+    quantity: Option<Value>,
 }
 
-fn no_unknown_fields(map: &Map<String, Value>, known: &[&str]) -> Result<(), Problem> {
-    match map.keys().find(|k| !known.contains(&k.as_str())) {
-        Some(k) => Err(Problem::invalid_body(format!(
-            "unknown field {k:?}; expected {}",
-            known.join(", ")
-        ))),
-        None => Ok(()),
-    }
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfirmBody {
+    payment_ref: Option<Value>,
 }
 
-/// An integer field in `lo..=hi`, or a clear error naming the field.
-fn int_field(v: &Value, name: &str, lo: u64, hi: u64) -> Result<u64, Problem> {
-    match v.as_u64() {
-        Some(n) if (lo..=hi).contains(&n) => Ok(n),
-        _ => Err(Problem::invalid_body(format!(
-            "{name} must be an integer from {lo} to {hi}"
-        ))),
-    }
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RestockBody {
+    units: Option<Value>,
 }
 
 fn buyer(inc: &Incoming) -> Result<String, Problem> {
     match inc.buyer.map(str::trim) {
-        Some(b) if valid_buyer_id(b) => Ok(b.to_string()),
+        Some(b) if bounds::valid_buyer_id(b) => Ok(b.to_string()),
         _ => Err(Problem::buyer_missing()),
     }
 }
 
 /// Validates a routed request into a command. `admin_token` is the
 /// configured secret.
-pub fn parse(inc: &Incoming, route: Route, admin_token: &str) -> Result<Command, Problem> {
+pub fn parse(inc: &Incoming, route: ApiRoute, admin_token: &str) -> Result<Command, Problem> {
     if inc.body.len() > BODY_BYTES_MAX {
         return Err(Problem::body_too_large(BODY_BYTES_MAX));
     }
     if route.is_admin() {
         check_admin(inc.authorization, admin_token)?;
     }
-    let body = if route.takes_body() {
-        Some(json_object(inc, &route)?)
-    } else {
-        None
-    };
-    let body = body.unwrap_or_default();
     Ok(match route {
-        Route::Page => unreachable!("the page is served without a command"),
-        Route::GetProduct(product_id) => Command::GetProduct { product_id },
-        Route::Reserve(product_id) => {
+        ApiRoute::GetProduct(product_id) => Command::GetProduct { product_id },
+        ApiRoute::Reserve(product_id) => {
             let buyer = buyer(inc)?;
             let idem_key = match inc.idempotency_key {
                 None => return Err(Problem::idempotency_key_missing()),
                 Some(raw) => parse_idempotency_key(raw)?,
             };
-            no_unknown_fields(&body, &["quantity"])?;
+            let body: ReserveBody = json_body(inc, "a reserve")?;
             let q = body
-                .get("quantity")
+                .quantity
                 .ok_or_else(|| Problem::invalid_body("quantity is required"))?;
             let quantity = match q.as_u64() {
                 Some(n) if (1..=u64::from(limits::QUANTITY_MAX_MAX)).contains(&n) => n as u32,
@@ -356,26 +404,20 @@ pub fn parse(inc: &Incoming, route: Route, admin_token: &str) -> Result<Command,
                 quantity,
             }
         }
-        Route::GetReservation(product_id, reservation_id) => Command::GetReservation {
+        ApiRoute::GetReservation(product_id, reservation_id) => Command::GetReservation {
             product_id,
             buyer: buyer(inc)?,
             reservation_id,
         },
-        Route::Confirm(product_id, reservation_id) => {
+        ApiRoute::Confirm(product_id, reservation_id) => {
             let buyer = buyer(inc)?;
-            no_unknown_fields(&body, &["payment_ref"])?;
-            let payment_ref = match body.get("payment_ref") {
-                Some(Value::String(s))
-                    if !s.is_empty()
-                        && s.len() <= limits::PAYMENT_REF_BYTES_MAX
-                        && !s.chars().any(char::is_control) =>
-                {
-                    s.clone()
-                }
+            let body: ConfirmBody = json_body(inc, "a confirm")?;
+            let payment_ref = match body.payment_ref {
+                Some(Value::String(s)) if bounds::valid_payment_ref(&s) => s,
                 _ => {
                     return Err(Problem::invalid_body(format!(
                         "payment_ref must be a string of 1 to {} bytes without control characters",
-                        limits::PAYMENT_REF_BYTES_MAX
+                        bounds::PAYMENT_REF_BYTES_MAX
                     )))
                 }
             };
@@ -386,115 +428,77 @@ pub fn parse(inc: &Incoming, route: Route, admin_token: &str) -> Result<Command,
                 payment_ref,
             }
         }
-        Route::Cancel(product_id, reservation_id) => Command::Cancel {
+        ApiRoute::Cancel(product_id, reservation_id) => Command::Cancel {
             product_id,
             buyer: buyer(inc)?,
             reservation_id,
         },
-        Route::AdminPut(product_id) => Command::Upsert {
+        ApiRoute::AdminPut(product_id) => Command::Upsert {
             product_id,
-            settings: parse_settings(&body)?,
+            patch: json_body(inc, "a product update")?,
         },
-        Route::AdminRestock(product_id) => {
-            no_unknown_fields(&body, &["units"])?;
+        ApiRoute::AdminRestock(product_id) => {
+            let body: RestockBody = json_body(inc, "a restock")?;
             let units = body
-                .get("units")
+                .units
                 .ok_or_else(|| Problem::invalid_body("units is required"))?;
-            Command::Restock {
-                product_id,
-                units: int_field(units, "units", 1, limits::STOCK_UNITS_MAX)?,
+            match units.as_u64() {
+                Some(units) if (1..=limits::STOCK_UNITS_MAX).contains(&units) => {
+                    Command::Restock { product_id, units }
+                }
+                _ => {
+                    return Err(Problem::invalid_body(format!(
+                        "units must be an integer from 1 to {}",
+                        limits::STOCK_UNITS_MAX
+                    )))
+                }
             }
         }
-        Route::AdminStats(product_id) => Command::Stats { product_id },
-    })
-}
-
-fn parse_settings(body: &Map<String, Value>) -> Result<Settings, Problem> {
-    const KNOWN: &[&str] = &[
-        "stock_total",
-        "per_buyer_max",
-        "quantity_max",
-        "hold_ttl_ms",
-        "idem_window_ms",
-        "opens_at_ms",
-        "closes_at_ms",
-        "reservations_max",
-        "mode",
-    ];
-    no_unknown_fields(body, KNOWN)?;
-    let get = |name: &str, lo: u64, hi: u64| -> Result<Option<u64>, Problem> {
-        body.get(name)
-            .map(|v| int_field(v, name, lo, hi))
-            .transpose()
-    };
-    // Instants are epoch milliseconds; 2^53 keeps them exact in JavaScript.
-    const INSTANT_MAX: u64 = (1 << 53) - 1;
-    let instant = |name: &str| -> Result<Option<Option<u64>>, Problem> {
-        match body.get(name) {
-            None => Ok(None),
-            Some(Value::Null) => Ok(Some(None)),
-            Some(v) => int_field(v, name, 0, INSTANT_MAX).map(|n| Some(Some(n))),
-        }
-    };
-    let u32_max = u64::from(u32::MAX);
-    let mode = match body.get("mode") {
-        None => None,
-        Some(Value::String(s)) if flashgate_core::Mode::parse(s).is_some() => Some(s.clone()),
-        Some(_) => {
-            return Err(Problem::invalid_body(
-                "mode must be \"active\", \"paused\" or \"closed\"",
-            ))
-        }
-    };
-    Ok(Settings {
-        stock_total: get("stock_total", 0, limits::STOCK_UNITS_MAX)?,
-        per_buyer_max: get("per_buyer_max", 1, u32_max)?.map(|n| n as u32),
-        quantity_max: get("quantity_max", 1, u64::from(limits::QUANTITY_MAX_MAX))?
-            .map(|n| n as u32),
-        hold_ttl_ms: get(
-            "hold_ttl_ms",
-            limits::HOLD_TTL_MS_MIN,
-            limits::HOLD_TTL_MS_MAX,
-        )?,
-        idem_window_ms: get("idem_window_ms", 0, limits::IDEM_WINDOW_MS_MAX)?,
-        opens_at_ms: instant("opens_at_ms")?,
-        closes_at_ms: instant("closes_at_ms")?,
-        reservations_max: get(
-            "reservations_max",
-            1,
-            u64::from(limits::RESERVATIONS_MAX_MAX),
-        )?
-        .map(|n| n as u32),
-        mode,
+        ApiRoute::AdminStats(product_id) => Command::Stats { product_id },
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codes::ProblemCode;
 
-    fn inc<'a>(method: &'a str, path: &'a str, body: &'a [u8]) -> Incoming<'a> {
-        Incoming {
+    struct Req<'a> {
+        method: &'a str,
+        path: &'a str,
+        inc: Incoming<'a>,
+    }
+
+    fn inc<'a>(method: &'a str, path: &'a str, body: &'a [u8]) -> Req<'a> {
+        Req {
             method,
             path,
-            content_type: Some("application/json"),
-            buyer: Some("alice"),
-            idempotency_key: Some("\"k-1\""),
-            authorization: Some("Bearer secret"),
-            body,
+            inc: Incoming {
+                content_type: Some("application/json"),
+                buyer: Some("alice"),
+                idempotency_key: Some("\"k-1\""),
+                authorization: Some("Bearer secret"),
+                body,
+            },
         }
     }
 
-    fn run(i: &Incoming) -> Result<Command, Problem> {
-        let r = route(i.method, i.path)?;
-        parse(i, r, "secret")
+    fn run_with(r: &Req, admin_token: &str) -> Result<Command, Problem> {
+        match route(r.method, r.path)? {
+            Route::Api(api) => parse(&r.inc, api, admin_token),
+            other => panic!("{} {} is {other:?}", r.method, r.path),
+        }
+    }
+
+    fn run(r: &Req) -> Result<Command, Problem> {
+        run_with(r, "secret")
     }
 
     #[test]
     fn bad_input_table() {
         let long_id = format!("/api/products/{}", "p".repeat(65));
         let big = vec![b' '; BODY_BYTES_MAX + 1];
-        let cases: Vec<(Incoming, u16, &str)> = vec![
+        let cases: Vec<(Req, u16, &str)> = vec![
             (
                 inc("POST", "/api/products/p1/reservations", b"{"),
                 400,
@@ -600,7 +604,7 @@ mod tests {
         for (i, status, code) in cases {
             let err = run(&i).expect_err(i.path);
             assert_eq!(
-                (err.status, err.code),
+                (err.status(), err.code.as_str()),
                 (status, code),
                 "{} {}",
                 i.method,
@@ -613,34 +617,37 @@ mod tests {
     fn headers_are_checked() {
         let body = b"{\"quantity\":1}";
         let mut i = inc("POST", "/api/products/p1/reservations", body);
-        i.idempotency_key = None;
-        assert_eq!(run(&i).unwrap_err().code, "idempotency_key_missing");
+        let code = |r: &Req| run(r).unwrap_err().code;
+        i.inc.idempotency_key = None;
+        assert_eq!(code(&i), ProblemCode::IdempotencyKeyMissing);
         let long = "k".repeat(65);
-        i.idempotency_key = Some(&long);
-        assert_eq!(run(&i).unwrap_err().code, "idempotency_key_invalid");
-        i.idempotency_key = Some("\"unterminated");
-        assert_eq!(run(&i).unwrap_err().code, "idempotency_key_invalid");
-        i.idempotency_key = Some("bare-token");
+        i.inc.idempotency_key = Some(&long);
+        assert_eq!(code(&i), ProblemCode::IdempotencyKeyInvalid);
+        i.inc.idempotency_key = Some("\"unterminated");
+        assert_eq!(code(&i), ProblemCode::IdempotencyKeyInvalid);
+        i.inc.idempotency_key = Some("bare-token");
         assert!(run(&i).is_ok());
-        i.buyer = None;
-        assert_eq!(run(&i).unwrap_err().code, "buyer_missing");
-        i.buyer = Some("alice");
-        i.content_type = Some("text/plain");
-        assert_eq!(run(&i).unwrap_err().code, "unsupported_media_type");
-        i.content_type = Some("application/json; charset=utf-8");
+        i.inc.buyer = None;
+        assert_eq!(code(&i), ProblemCode::BuyerMissing);
+        i.inc.buyer = Some("alice");
+        i.inc.content_type = Some("text/plain");
+        assert_eq!(code(&i), ProblemCode::UnsupportedMediaType);
+        i.inc.content_type = Some("application/json; charset=utf-8");
         assert!(run(&i).is_ok());
 
         let mut a = inc("GET", "/admin/products/p1/stats", b"");
-        a.authorization = None;
-        assert_eq!(run(&a).unwrap_err().status, 401);
-        a.authorization = Some("Bearer wrong");
-        assert_eq!(run(&a).unwrap_err().status, 401);
-        a.authorization = Some("Bearer secret");
+        a.inc.authorization = None;
+        assert_eq!(code(&a), ProblemCode::Unauthorized);
+        a.inc.authorization = Some("Bearer wrong");
+        assert_eq!(code(&a), ProblemCode::Unauthorized);
+        a.inc.authorization = Some("Bearer secret");
         assert!(run(&a).is_ok());
         // An empty configured token never admits anyone.
-        a.authorization = Some("Bearer ");
-        let r = route(a.method, a.path).unwrap();
-        assert_eq!(parse(&a, r, "").unwrap_err().status, 401);
+        a.inc.authorization = Some("Bearer ");
+        assert_eq!(
+            run_with(&a, "").unwrap_err().code,
+            ProblemCode::Unauthorized
+        );
     }
 
     #[test]
@@ -660,17 +667,69 @@ mod tests {
             "/admin/products/p1",
             b"{\"stock_total\":100,\"opens_at_ms\":null,\"hold_ttl_ms\":2000}",
         );
-        let Command::Upsert { settings, .. } = run(&i).unwrap() else {
-            panic!("not an upsert")
+        let cmd = run(&i).unwrap();
+        let Command::Upsert { patch, .. } = &cmd else {
+            panic!("not an upsert: {cmd:?}")
         };
-        assert_eq!(settings.stock_total, Some(100));
-        assert_eq!(settings.opens_at_ms, Some(None));
-        assert_eq!(settings.closes_at_ms, None);
-        assert_eq!(settings.hold_ttl_ms, Some(2000));
-        // The Worker sends settings to the Durable Object as JSON; a cleared
-        // window must survive the trip as a clear, not as "unchanged".
-        let trip: Settings =
-            serde_json::from_str(&serde_json::to_string(&settings).unwrap()).unwrap();
-        assert_eq!(trip, settings);
+        assert_eq!(patch.stock_total, Some(100));
+        assert_eq!(patch.opens_at_ms, Some(None));
+        assert_eq!(patch.closes_at_ms, None);
+        assert_eq!(patch.hold_ttl_ms, Some(2000));
+        // The Worker sends the command to the Durable Object as JSON; a
+        // cleared window must survive the trip as a clear, not as
+        // "unchanged".
+        let trip: Command = serde_json::from_str(&serde_json::to_string(&cmd).unwrap()).unwrap();
+        assert_eq!(trip, cmd);
+    }
+
+    #[test]
+    fn routes_are_matched_from_the_table() {
+        assert_eq!(route("GET", "/"), Ok(Route::Page));
+        assert_eq!(route("GET", "/openapi.json"), Ok(Route::OpenApi));
+        assert_eq!(
+            route("GET", "/api/products/p1/reservations/7/"),
+            Ok(Route::Api(ApiRoute::GetReservation("p1".into(), 7)))
+        );
+        let p = route("PUT", "/api/products/p1/reservations/7/confirm").unwrap_err();
+        assert_eq!(p.code, ProblemCode::MethodNotAllowed);
+        assert_eq!(p.allow.as_deref(), Some("POST"));
+        assert_eq!(
+            route("GET", "/api/products/p1/extra").unwrap_err().code,
+            ProblemCode::NotFound
+        );
+        for id in ["0", "01", "-1", "+1", "1.0", "18446744073709551616"] {
+            let path = format!("/api/products/p1/reservations/{id}");
+            assert_eq!(
+                route("GET", &path).unwrap_err().code,
+                ProblemCode::UnknownReservation,
+                "{id}"
+            );
+        }
+        // Every template in the table routes to its own kind.
+        for &(method, template, kind) in ROUTES {
+            let path = template
+                .replace("{product_id}", "p1")
+                .replace("{reservation_id}", "9");
+            let got = route(method, &path).unwrap();
+            let same = match (&got, kind) {
+                (Route::Page, RouteKind::Page) | (Route::OpenApi, RouteKind::OpenApi) => true,
+                (Route::Api(a), k) => api_kind(a) == k,
+                _ => false,
+            };
+            assert!(same, "{method} {template} routed to {got:?}");
+        }
+    }
+
+    fn api_kind(a: &ApiRoute) -> RouteKind {
+        match a {
+            ApiRoute::GetProduct(_) => RouteKind::GetProduct,
+            ApiRoute::Reserve(_) => RouteKind::Reserve,
+            ApiRoute::GetReservation(..) => RouteKind::GetReservation,
+            ApiRoute::Confirm(..) => RouteKind::Confirm,
+            ApiRoute::Cancel(..) => RouteKind::Cancel,
+            ApiRoute::AdminPut(_) => RouteKind::AdminPut,
+            ApiRoute::AdminStats(_) => RouteKind::AdminStats,
+            ApiRoute::AdminRestock(_) => RouteKind::AdminRestock,
+        }
     }
 }

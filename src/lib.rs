@@ -2,20 +2,46 @@
 //!
 //! The Worker routes and validates every request (`api`), refuses bad input
 //! with a problem document, and forwards a validated `Command` to the
-//! product's Durable Object (`gate_do`), one per product id. The object
-//! applies it to the pure core (`service`, `flashgate_core`) and persists the
-//! rows the core changed (`storage`).
+//! product's Durable Object, one per product id. Everything that decides is
+//! a pure module, tested natively:
+//! - `api`: the route table, routing and validation;
+//! - `codes`, `problem`, `reply`, `views`, `time`: what answers look like;
+//! - `service`: one command applied to the core, and its reply;
+//! - `object`: the Durable Object as a state machine over its storage;
+//! - `sql`: the object's SQLite schema and row mapping;
+//! - `delivery`: outbox batches and the classes of a failed delivery;
+//! - `read_cache`: the edge's product-read cache policy.
+//!
+//! `wasm/` holds the shell, compiled only for wasm32: it executes SQL, sets
+//! alarms and fetches, and decides nothing.
 
 pub mod api;
+pub mod codes;
+pub mod delivery;
+pub mod object;
 pub mod problem;
+pub mod read_cache;
+pub mod reply;
 pub mod service;
-pub mod wire;
+pub mod sql;
+pub mod time;
+pub mod views;
 
 #[cfg(target_arch = "wasm32")]
-mod edge;
-#[cfg(target_arch = "wasm32")]
-mod gate_do;
-#[cfg(target_arch = "wasm32")]
-mod http;
-#[cfg(target_arch = "wasm32")]
-mod storage;
+mod wasm;
+
+// The wire crate states every bound the origin checks; the core keeps its
+// own for its memory budget. They are one fact, checked here at compile time.
+const _: () = {
+    use flashgate_core::limits as core;
+    use flashgate_wire::bounds as wire;
+    assert!(core::BUYER_ID_BYTES_MAX == wire::BUYER_ID_BYTES_MAX);
+    assert!(core::PAYMENT_REF_BYTES_MAX == wire::PAYMENT_REF_BYTES_MAX);
+    assert!(core::QUANTITY_MAX_MAX == wire::ORDER_QUANTITY_MAX);
+    assert!(core::STOCK_UNITS_MAX == wire::STOCK_UNITS_MAX);
+};
+
+/// The OpenAPI 3.1 description of the gate's and the origin's HTTP APIs,
+/// converted from `openapi.yaml` by `build.rs`. The gate serves it at
+/// `/openapi.json`.
+pub const OPENAPI_JSON: &str = include_str!(concat!(env!("OUT_DIR"), "/openapi.json"));

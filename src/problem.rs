@@ -1,34 +1,28 @@
 //! RFC 9457 problem documents, with the stable `code` member clients switch
 //! on. Every error the gate returns is one of these; none leaks internals.
+//! The status and title come from the code's row in `codes.rs`.
 
-use serde_json::{json, Map, Value};
+use flashgate_wire::ProblemDocument;
+use serde_json::{Map, Value};
+
+use crate::codes::ProblemCode;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Problem {
-    pub status: u16,
-    /// Stable and machine-readable, such as `sold_out`.
-    pub code: &'static str,
-    pub title: &'static str,
+    pub code: ProblemCode,
     pub detail: String,
     /// Extra members that help the client act, such as `available`.
     pub extra: Map<String, Value>,
     /// Sent as `Retry-After`, in seconds, when a retry later may succeed.
     pub retry_after_s: Option<u64>,
     /// Sent as `Allow` with a 405.
-    pub allow: Option<&'static str>,
+    pub allow: Option<String>,
 }
 
 impl Problem {
-    pub fn new(
-        status: u16,
-        code: &'static str,
-        title: &'static str,
-        detail: impl Into<String>,
-    ) -> Self {
+    pub fn new(code: ProblemCode, detail: impl Into<String>) -> Self {
         Problem {
-            status,
             code,
-            title,
             detail: detail.into(),
             extra: Map::new(),
             retry_after_s: None,
@@ -36,38 +30,35 @@ impl Problem {
         }
     }
 
+    pub fn status(&self) -> u16 {
+        self.code.status()
+    }
+
     pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
         self.extra.insert(key.to_string(), value.into());
         self
     }
 
-    pub fn body(&self) -> Value {
-        let mut doc = json!({
-            // A relative type URI: one per code, stable across releases.
-            "type": format!("/problems/{}", self.code),
-            "title": self.title,
-            "status": self.status,
-            "detail": self.detail,
-            "code": self.code,
-        });
-        let obj = doc.as_object_mut().expect("object literal");
-        for (k, v) in &self.extra {
-            obj.insert(k.clone(), v.clone());
-        }
+    pub fn document(&self) -> ProblemDocument {
+        let mut doc = ProblemDocument::new(
+            self.code.as_str(),
+            self.code.status(),
+            self.code.title(),
+            self.detail.clone(),
+        );
+        doc.extra = self.extra.clone();
         doc
     }
 
     // ----- the problems the edge raises before the Durable Object ---------
 
     pub fn not_found(detail: impl Into<String>) -> Self {
-        Problem::new(404, "not_found", "No such route", detail)
+        Problem::new(ProblemCode::NotFound, detail)
     }
 
-    pub fn method_not_allowed(allow: &'static str) -> Self {
+    pub fn method_not_allowed(allow: String) -> Self {
         let mut p = Problem::new(
-            405,
-            "method_not_allowed",
-            "Method not allowed",
+            ProblemCode::MethodNotAllowed,
             format!("this route accepts {allow}"),
         );
         p.allow = Some(allow);
@@ -76,102 +67,98 @@ impl Problem {
 
     pub fn body_too_large(limit: usize) -> Self {
         Problem::new(
-            413,
-            "body_too_large",
-            "Request body too large",
+            ProblemCode::BodyTooLarge,
             format!("the body must be at most {limit} bytes"),
         )
     }
 
     pub fn unsupported_media_type() -> Self {
         Problem::new(
-            415,
-            "unsupported_media_type",
-            "Unsupported media type",
+            ProblemCode::UnsupportedMediaType,
             "send the body as application/json",
         )
     }
 
     pub fn malformed_json(detail: impl Into<String>) -> Self {
-        Problem::new(400, "malformed_json", "Malformed JSON", detail)
+        Problem::new(ProblemCode::MalformedJson, detail)
     }
 
     pub fn invalid_body(detail: impl Into<String>) -> Self {
-        Problem::new(422, "invalid_body", "Invalid request body", detail)
+        Problem::new(ProblemCode::InvalidBody, detail)
     }
 
     pub fn invalid_quantity(detail: impl Into<String>) -> Self {
-        Problem::new(422, "invalid_quantity", "Invalid quantity", detail)
+        Problem::new(ProblemCode::InvalidQuantity, detail)
     }
 
     pub fn invalid_product_id() -> Self {
         Problem::new(
-            400,
-            "invalid_product_id",
-            "Invalid product id",
-            "a product id is 1 to 64 characters from A-Z a-z 0-9 _ -",
+            ProblemCode::InvalidProductId,
+            format!(
+                "a product id is 1 to {} characters from A-Z a-z 0-9 _ -",
+                flashgate_wire::bounds::PRODUCT_ID_BYTES_MAX
+            ),
         )
     }
 
     pub fn invalid_reservation_id() -> Self {
         Problem::new(
-            404,
-            "unknown_reservation",
-            "Unknown reservation",
+            ProblemCode::UnknownReservation,
             "no reservation has this id",
+        )
+    }
+
+    pub fn unknown_reservation() -> Self {
+        Problem::new(
+            ProblemCode::UnknownReservation,
+            "no reservation of yours has this id",
         )
     }
 
     pub fn idempotency_key_missing() -> Self {
         Problem::new(
-            400,
-            "idempotency_key_missing",
-            "Idempotency-Key required",
+            ProblemCode::IdempotencyKeyMissing,
             "a reserve request must carry an Idempotency-Key header",
         )
     }
 
     pub fn idempotency_key_invalid() -> Self {
         Problem::new(
-            400,
-            "idempotency_key_invalid",
-            "Invalid Idempotency-Key",
-            "an Idempotency-Key is 1 to 64 visible ASCII characters, optionally quoted",
+            ProblemCode::IdempotencyKeyInvalid,
+            format!(
+                "an Idempotency-Key is 1 to {} visible ASCII characters, optionally quoted",
+                flashgate_core::limits::IDEM_KEY_BYTES_MAX
+            ),
         )
     }
 
     pub fn buyer_missing() -> Self {
         Problem::new(
-            401,
-            "buyer_missing",
-            "Buyer identity required",
-            "send the X-Buyer-Id header: 1 to 64 characters from A-Z a-z 0-9 _ - .",
+            ProblemCode::BuyerMissing,
+            format!(
+                "send the X-Buyer-Id header: 1 to {} characters from A-Z a-z 0-9 _ - .",
+                flashgate_wire::bounds::BUYER_ID_BYTES_MAX
+            ),
         )
     }
 
     pub fn unauthorized() -> Self {
         Problem::new(
-            401,
-            "unauthorized",
-            "Admin token required",
+            ProblemCode::Unauthorized,
             "send Authorization: Bearer with the admin token",
         )
     }
 
     pub fn unknown_product(id: &str) -> Self {
         Problem::new(
-            404,
-            "unknown_product",
-            "Unknown product",
+            ProblemCode::UnknownProduct,
             format!("no product has the id {id:?}"),
         )
     }
 
     pub fn internal() -> Self {
         Problem::new(
-            500,
-            "internal",
-            "Internal error",
+            ProblemCode::Internal,
             "the gate could not complete the request; it is safe to retry with the same Idempotency-Key",
         )
     }

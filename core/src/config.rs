@@ -1,12 +1,17 @@
-//! Product configuration and the hard limits that bound every input.
+//! Product configuration, the patch an admin applies to it, and the hard
+//! limits that bound every input.
+
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// Hard limits. They bound memory and arithmetic, so that no input, however
 /// hostile, can make the gate allocate without bound or overflow a counter.
+/// Each is stated once; messages are formatted from these constants.
 pub mod limits {
     /// The largest stock a product may have. It keeps `stock_total` and every
     /// sum of units far below `u64::MAX`, so sums never overflow.
     pub const STOCK_UNITS_MAX: u64 = 1_000_000_000;
-    /// The largest `quantity_max` a product may configure.
+    /// The largest `quantity_max` a product may configure, and so the most
+    /// units one reservation (and one order) can carry.
     pub const QUANTITY_MAX_MAX: u32 = 1_000;
     /// The longest hold a product may configure: one day.
     pub const HOLD_TTL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
@@ -14,14 +19,14 @@ pub mod limits {
     pub const HOLD_TTL_MS_MIN: u64 = 100;
     /// The longest idempotency window after a hold's expiry: one week.
     pub const IDEM_WINDOW_MS_MAX: u64 = 7 * 24 * 60 * 60 * 1000;
+    /// The latest instant a sale window may name, in epoch milliseconds:
+    /// 2^53 - 1 keeps every instant exact as a JavaScript number.
+    pub const INSTANT_MS_MAX: u64 = (1 << 53) - 1;
     /// Byte limits of the strings the core stores. The edge validates the
     /// charset; the core only refuses what would break its memory budget.
     pub const BUYER_ID_BYTES_MAX: usize = 64;
     pub const IDEM_KEY_BYTES_MAX: usize = 64;
     pub const PAYMENT_REF_BYTES_MAX: usize = 128;
-    /// The most outbox entries one poll may hand out; the origin accepts
-    /// batches of at most this size.
-    pub const OUTBOX_BATCH_SIZE_MAX: usize = 500;
     /// Retries back off from this delay, doubling per attempt.
     pub const OUTBOX_BACKOFF_BASE_MS: u64 = 500;
     /// Retries never wait longer than this.
@@ -39,11 +44,14 @@ pub mod limits {
     // records for live holds than it has units; the record cap must at least
     // allow a modest sale to be fully held.
     const _: () = assert!(RESERVATIONS_MAX_MAX as u64 <= STOCK_UNITS_MAX);
+    // Sums of units and instants stay exact as JavaScript numbers.
+    const _: () = assert!(STOCK_UNITS_MAX <= INSTANT_MS_MAX);
 }
 
 /// The admin-set mode of a sale. The phase a buyer sees also depends on the
 /// sale window; see [`Phase`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// The sale follows its window: scheduled before `opens_at_ms`, open
     /// until `closes_at_ms`, closed after.
@@ -56,6 +64,8 @@ pub enum Mode {
 }
 
 impl Mode {
+    pub const ALL: [Mode; 3] = [Mode::Active, Mode::Paused, Mode::Closed];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Active => "active",
@@ -65,12 +75,7 @@ impl Mode {
     }
 
     pub fn parse(s: &str) -> Option<Mode> {
-        match s {
-            "active" => Some(Mode::Active),
-            "paused" => Some(Mode::Paused),
-            "closed" => Some(Mode::Closed),
-            _ => None,
-        }
+        Mode::ALL.into_iter().find(|m| m.as_str() == s)
     }
 }
 
@@ -96,7 +101,10 @@ impl Phase {
 
 /// The tunable rules of one product. Stock and mode are not here: they change
 /// through their own admin operations, which check their own invariants.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// The field names are also the columns of the Durable Object's `config`
+/// table and the members of an admin's product update.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Config {
     /// Units one buyer may hold plus have confirmed, over the whole sale.
     pub per_buyer_max: u32,
@@ -140,24 +148,40 @@ pub enum ConfigError {
     QuantityMax,
     HoldTtl,
     IdemWindow,
+    Instant,
     Window,
     ReservationsMax,
 }
 
 impl ConfigError {
-    pub fn describe(self) -> &'static str {
+    /// A sentence for the admin, with the bounds read from [`limits`].
+    pub fn describe(self) -> String {
+        use limits::*;
         match self {
-            ConfigError::PerBuyerMax => "per_buyer_max must be at least 1",
-            ConfigError::QuantityMax => "quantity_max must be between 1 and 1000",
-            ConfigError::HoldTtl => "hold_ttl_ms must be between 100 and 86400000",
-            ConfigError::IdemWindow => "idem_window_ms must be at most 604800000",
-            ConfigError::Window => "opens_at_ms must be before closes_at_ms",
-            ConfigError::ReservationsMax => "reservations_max must be between 1 and 4000000",
+            ConfigError::PerBuyerMax => "per_buyer_max must be at least 1".into(),
+            ConfigError::QuantityMax => {
+                format!("quantity_max must be between 1 and {QUANTITY_MAX_MAX}")
+            }
+            ConfigError::HoldTtl => {
+                format!("hold_ttl_ms must be between {HOLD_TTL_MS_MIN} and {HOLD_TTL_MS_MAX}")
+            }
+            ConfigError::IdemWindow => {
+                format!("idem_window_ms must be at most {IDEM_WINDOW_MS_MAX}")
+            }
+            ConfigError::Instant => {
+                format!("opens_at_ms and closes_at_ms must be at most {INSTANT_MS_MAX}")
+            }
+            ConfigError::Window => "opens_at_ms must be before closes_at_ms".into(),
+            ConfigError::ReservationsMax => {
+                format!("reservations_max must be between 1 and {RESERVATIONS_MAX_MAX}")
+            }
         }
     }
 }
 
 impl Config {
+    /// The only range check of a configuration: the edge checks types, and
+    /// every bound is checked here, once.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.per_buyer_max == 0 {
             return Err(ConfigError::PerBuyerMax);
@@ -170,6 +194,14 @@ impl Config {
         }
         if self.idem_window_ms > limits::IDEM_WINDOW_MS_MAX {
             return Err(ConfigError::IdemWindow);
+        }
+        let instants = [self.opens_at_ms, self.closes_at_ms];
+        if instants
+            .iter()
+            .flatten()
+            .any(|&t| t > limits::INSTANT_MS_MAX)
+        {
+            return Err(ConfigError::Instant);
         }
         if let (Some(open), Some(close)) = (self.opens_at_ms, self.closes_at_ms) {
             if open >= close {
@@ -195,5 +227,133 @@ impl Config {
         } else {
             Phase::Open
         }
+    }
+}
+
+/// An admin's change to a product: every member is optional, and an absent
+/// one keeps its value (or the default, for a new product). It is the body
+/// of `PUT /admin/products/{id}` as it stands: unknown members are refused,
+/// types are checked by serde, and ranges only by [`Config::validate`] and
+/// the gate, so that no bound is written twice.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigPatch {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stock_total: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_buyer_max: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantity_max: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_ttl_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idem_window_ms: Option<u64>,
+    /// `null` clears the instant, so these are doubly optional: `None` is
+    /// "unchanged" and `Some(None)` is "clear".
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub opens_at_ms: Option<Option<u64>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub closes_at_ms: Option<Option<u64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservations_max: Option<u32>,
+}
+
+/// A member that is present, possibly as `null`. An absent member is `None`
+/// through `#[serde(default)]`.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
+    Option::<u64>::deserialize(d).map(Some)
+}
+
+impl ConfigPatch {
+    /// The rules with this patch applied. Both structs are destructured in
+    /// full, so a field added to either without the other fails to compile.
+    pub fn apply(&self, c: &Config) -> Config {
+        let ConfigPatch {
+            stock_total: _,
+            mode: _,
+            per_buyer_max,
+            quantity_max,
+            hold_ttl_ms,
+            idem_window_ms,
+            opens_at_ms,
+            closes_at_ms,
+            reservations_max,
+        } = *self;
+        let Config {
+            per_buyer_max: c_per_buyer_max,
+            quantity_max: c_quantity_max,
+            hold_ttl_ms: c_hold_ttl_ms,
+            idem_window_ms: c_idem_window_ms,
+            opens_at_ms: c_opens_at_ms,
+            closes_at_ms: c_closes_at_ms,
+            reservations_max: c_reservations_max,
+        } = *c;
+        Config {
+            per_buyer_max: per_buyer_max.unwrap_or(c_per_buyer_max),
+            quantity_max: quantity_max.unwrap_or(c_quantity_max),
+            hold_ttl_ms: hold_ttl_ms.unwrap_or(c_hold_ttl_ms),
+            idem_window_ms: idem_window_ms.unwrap_or(c_idem_window_ms),
+            opens_at_ms: opens_at_ms.unwrap_or(c_opens_at_ms),
+            closes_at_ms: closes_at_ms.unwrap_or(c_closes_at_ms),
+            reservations_max: reservations_max.unwrap_or(c_reservations_max),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_patch_sets_only_what_it_names() {
+        let patch: ConfigPatch =
+            serde_json::from_str(r#"{"hold_ttl_ms": 2000, "opens_at_ms": null}"#).unwrap();
+        let base = Config {
+            opens_at_ms: Some(5),
+            ..Config::default()
+        };
+        let c = patch.apply(&base);
+        assert_eq!(c.hold_ttl_ms, 2000);
+        assert_eq!(c.opens_at_ms, None);
+        assert_eq!(c.per_buyer_max, base.per_buyer_max);
+        let stock_only: ConfigPatch = serde_json::from_str(r#"{"stock_total": 3}"#).unwrap();
+        assert_eq!(stock_only.apply(&base), base);
+        // A patch survives the trip from the Worker to the object as JSON.
+        let trip: ConfigPatch =
+            serde_json::from_str(&serde_json::to_string(&patch).unwrap()).unwrap();
+        assert_eq!(trip, patch);
+    }
+
+    #[test]
+    fn a_patch_refuses_unknown_members_and_bad_modes() {
+        for bad in [
+            r#"{"price": 1}"#,
+            r#"{"mode": "open"}"#,
+            r#"{"per_buyer_max": -1}"#,
+        ] {
+            assert!(serde_json::from_str::<ConfigPatch>(bad).is_err(), "{bad}");
+        }
+        let p: ConfigPatch = serde_json::from_str(r#"{"mode": "paused"}"#).unwrap();
+        assert_eq!(p.mode, Some(Mode::Paused));
+    }
+
+    #[test]
+    fn messages_state_the_limits() {
+        assert!(ConfigError::QuantityMax
+            .describe()
+            .contains(&limits::QUANTITY_MAX_MAX.to_string()));
+        assert!(ConfigError::ReservationsMax
+            .describe()
+            .contains(&limits::RESERVATIONS_MAX_MAX.to_string()));
     }
 }

@@ -1,63 +1,61 @@
 //! The gate of one product: every decision about its stock.
 //!
-//! Each `handle`-style entry point takes `now_ms` and first settles every
-//! timeout that is due, so that no decision ever counts a hold past its
-//! expiry as held. Then it validates everything that can refuse the request,
-//! returning an outcome value; past that point the operation must succeed,
-//! and it mutates state and marks the rows it touched.
+//! Each entry point takes `now_ms` and first settles every timeout that is
+//! due, so that no decision ever counts a hold past its expiry as held. Then
+//! it validates everything that can refuse the request, returning an outcome
+//! value; past that point the operation must succeed, and it mutates state
+//! and marks the rows it touched. Persistence (`persist.rs`) and the full
+//! audit (`audit.rs`) are further `impl Gate` blocks beside this one.
 
 use std::collections::BTreeSet;
 
-use hashbrown::HashMap;
-
 use crate::buyers::Buyers;
-use crate::config::{limits, Config, ConfigError, Mode, Phase};
+use crate::config::{limits, Config, ConfigPatch, Mode, Phase};
 use crate::outbox::{Outbox, OutboxEntry};
 use crate::outcome::{
-    AckOutcome, AdminOutcome, CancelOutcome, ConfirmOutcome, Confirmation, InvalidInput,
+    AckOutcome, AdminRefusal, CancelOutcome, ConfirmOutcome, Confirmation, InvalidInput,
     ReservationId, ReserveOutcome,
 };
-use crate::rows::{Change, MetaRow, ReservationRow, RestoreError, Row, RowKey};
+use crate::rows::ItemKey;
 use crate::stats::{Counters, Stats};
 use crate::store::{HoldState, Paid, Reservation, Store};
 
 /// Rows touched since the shell last took the changes.
 #[derive(Default)]
-struct Dirty {
-    meta: bool,
-    config: bool,
-    keys: Vec<RowKey>,
+pub(crate) struct Dirty {
+    pub meta: bool,
+    pub config: bool,
+    pub keys: Vec<ItemKey>,
 }
 
 pub struct Gate {
-    config: Config,
-    mode: Mode,
-    stock_total: u64,
-    available: u64,
-    held: u64,
-    sold: u64,
-    next_id: ReservationId,
-    live_holds: u32,
+    pub(crate) config: Config,
+    pub(crate) mode: Mode,
+    pub(crate) stock_total: u64,
+    pub(crate) available: u64,
+    pub(crate) held: u64,
+    pub(crate) sold: u64,
+    pub(crate) next_id: ReservationId,
+    pub(crate) live_holds: u32,
     /// Cancelled or expired records kept for idempotent replay.
-    tombstones: u32,
-    store: Store,
+    pub(crate) tombstones: u32,
+    pub(crate) store: Store,
     /// `(expires_at_ms, id)` of every live hold, so expiry costs
     /// O(expired × log n) and never scans the holds.
-    expiry: BTreeSet<(u64, ReservationId)>,
+    pub(crate) expiry: BTreeSet<(u64, ReservationId)>,
     /// `(expires_at_ms + idem_window_ms, id)` of every tombstone.
-    purge: BTreeSet<(u64, ReservationId)>,
+    pub(crate) purge: BTreeSet<(u64, ReservationId)>,
     /// Every buyer some record refers to, with their units.
-    buyers: Buyers,
-    outbox: Outbox,
-    dirty: Dirty,
-    counters: Counters,
+    pub(crate) buyers: Buyers,
+    pub(crate) outbox: Outbox,
+    pub(crate) dirty: Dirty,
+    pub(crate) counters: Counters,
 }
 
-/// A reservation as a reader sees it at an instant.
+/// A buyer's own reservation as it reads at an instant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReservationView {
     pub id: ReservationId,
-    pub buyer: String,
     pub quantity: u32,
     /// A hold past its expiry reads as `Expired` even before the timeout is
     /// handled, because a confirm would be refused.
@@ -66,23 +64,16 @@ pub struct ReservationView {
     pub confirmation: Option<Confirmation>,
 }
 
-/// Why a gate could not be created.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SetupError {
-    Config(ConfigError),
-    StockTooLarge,
-}
-
-fn field_ok(s: &str, bytes_max: usize) -> bool {
+pub(crate) fn field_ok(s: &str, bytes_max: usize) -> bool {
     !s.is_empty() && s.len() <= bytes_max
 }
 
 impl Gate {
     /// A new product with `stock_total` units, all available.
-    pub fn new(config: Config, stock_total: u64) -> Result<Gate, SetupError> {
-        config.validate().map_err(SetupError::Config)?;
+    pub fn new(config: Config, stock_total: u64) -> Result<Gate, AdminRefusal> {
+        config.validate().map_err(AdminRefusal::InvalidConfig)?;
         if stock_total > limits::STOCK_UNITS_MAX {
-            return Err(SetupError::StockTooLarge);
+            return Err(AdminRefusal::StockTooLarge);
         }
         let mut gate = Gate::empty(config, Mode::Active, stock_total, 1, Outbox::default());
         gate.available = stock_total;
@@ -92,7 +83,19 @@ impl Gate {
         Ok(gate)
     }
 
-    fn empty(
+    /// A new product from an admin's patch over the default rules. The
+    /// patch must name the stock; it may also set the mode.
+    pub fn create(patch: &ConfigPatch) -> Result<Gate, AdminRefusal> {
+        let stock_total = patch.stock_total.ok_or(AdminRefusal::StockRequired)?;
+        let mut gate = Gate::new(patch.apply(&Config::default()), stock_total)?;
+        // A new product is active and has no holds, so any mode is allowed.
+        if let Some(mode) = patch.mode {
+            gate.mode = mode;
+        }
+        Ok(gate)
+    }
+
+    pub(crate) fn empty(
         config: Config,
         mode: Mode,
         stock_total: u64,
@@ -120,7 +123,7 @@ impl Gate {
     }
 
     /// I1, checked wherever units move. A failure is a bug, not an outcome.
-    fn assert_stock(&self) {
+    pub(crate) fn assert_stock(&self) {
         assert!(
             self.available + self.held + self.sold == self.stock_total,
             "I1 broken: available {} + held {} + sold {} != total {}",
@@ -161,7 +164,7 @@ impl Gate {
     ) -> ReserveOutcome {
         self.settle(now_ms);
         let outcome = self.reserve_decide(now_ms, buyer, idem_key, quantity);
-        self.counters.count_reserve(&outcome);
+        self.counters.count_reserve(outcome.kind());
         outcome
     }
 
@@ -252,7 +255,7 @@ impl Gate {
         self.live_holds += 1;
         self.assert_stock();
         self.dirty.meta = true;
-        self.dirty.keys.push(RowKey::Reservation(id));
+        self.dirty.keys.push(ItemKey::Reservation(id));
         ReserveOutcome::Reserved {
             reservation_id: id,
             expires_at_ms,
@@ -284,7 +287,7 @@ impl Gate {
     ) -> ConfirmOutcome {
         self.settle(now_ms);
         let outcome = self.confirm_decide(now_ms, id, buyer, payment_ref);
-        self.counters.count_confirm(&outcome);
+        self.counters.count_confirm(outcome.kind());
         outcome
     }
 
@@ -337,8 +340,8 @@ impl Gate {
         self.sold += u64::from(quantity);
         self.live_holds -= 1;
         self.assert_stock();
-        self.dirty.keys.push(RowKey::Reservation(id));
-        self.dirty.keys.push(RowKey::Outbox(seq));
+        self.dirty.keys.push(ItemKey::Reservation(id));
+        self.dirty.keys.push(ItemKey::Outbox(seq));
         ConfirmOutcome::Confirmed(self.confirmation(id))
     }
 
@@ -350,7 +353,7 @@ impl Gate {
             .filter(|r| self.buyers.id(r.buyer) == buyer)
     }
 
-    fn confirmation(&self, id: ReservationId) -> Confirmation {
+    pub(crate) fn confirmation(&self, id: ReservationId) -> Confirmation {
         let r = self.store.get(id).expect("confirmed record exists");
         let paid = self.store.paid(id).expect("a confirmed record has payment");
         Confirmation {
@@ -380,7 +383,7 @@ impl Gate {
                 }
             },
         };
-        self.counters.count_cancel(&outcome);
+        self.counters.count_cancel(outcome.kind());
         outcome
     }
 
@@ -402,13 +405,19 @@ impl Gate {
         self.live_holds -= 1;
         self.tombstones += 1;
         self.assert_stock();
-        self.dirty.keys.push(RowKey::Reservation(id));
+        self.dirty.keys.push(ItemKey::Reservation(id));
     }
 
-    /// A reservation as it reads at `now_ms`, or `None` if it is unknown or
-    /// aged out. Reading changes nothing.
-    pub fn reservation(&self, id: ReservationId, now_ms: u64) -> Option<ReservationView> {
-        let r = self.store.get(id)?;
+    /// `buyer`'s reservation `id` as it reads at `now_ms`, or `None` if it
+    /// is unknown, aged out, or another buyer's: a reader learns nothing
+    /// about reservations it does not own. Reading changes nothing.
+    pub fn reservation(
+        &self,
+        now_ms: u64,
+        id: ReservationId,
+        buyer: &str,
+    ) -> Option<ReservationView> {
+        let r = self.owned(id, buyer)?;
         let state = if r.state == HoldState::Held && now_ms >= r.expires_at_ms {
             HoldState::Expired
         } else {
@@ -416,7 +425,6 @@ impl Gate {
         };
         Some(ReservationView {
             id,
-            buyer: self.buyers.id(r.buyer).to_string(),
             quantity: r.quantity,
             state,
             expires_at_ms: r.expires_at_ms,
@@ -452,7 +460,7 @@ impl Gate {
             debug_assert!(matches!(r.state, HoldState::Cancelled | HoldState::Expired));
             self.buyers.release(r.buyer);
             self.tombstones -= 1;
-            self.dirty.keys.push(RowKey::Reservation(id));
+            self.dirty.keys.push(ItemKey::Reservation(id));
         }
         self.counters.holds_expired += u64::from(expired);
         expired
@@ -474,8 +482,9 @@ impl Gate {
 
     // ----- outbox -----------------------------------------------------------
 
-    /// The next batch of confirmations to forward, oldest first. Empty while
-    /// a batch is out (until its lease lapses) or a backoff runs.
+    /// The next batch of at most `batch_size_max` confirmations to forward,
+    /// oldest first. Empty while a batch is out (until its lease lapses) or
+    /// a backoff runs.
     pub fn poll_outbox(&mut self, now_ms: u64, batch_size_max: usize) -> Vec<OutboxEntry> {
         self.outbox.poll(now_ms, batch_size_max)
     }
@@ -485,13 +494,14 @@ impl Gate {
         let (outcome, removed) = self.outbox.ack(up_to_seq);
         if let AckOutcome::Acked { .. } = outcome {
             self.dirty.meta = true;
-            self.dirty.keys.extend(removed.map(RowKey::Outbox));
+            self.dirty.keys.extend(removed.map(ItemKey::Outbox));
         }
         outcome
     }
 
     /// The batch that is out failed. It is handed out again after a capped
-    /// exponential backoff whose jitter comes from `jitter_seed`.
+    /// exponential backoff whose jitter comes from `jitter_seed`. Returns
+    /// false, and changes nothing, if no batch was out.
     pub fn nack_outbox(&mut self, now_ms: u64, jitter_seed: u64) -> bool {
         let nacked = self.outbox.nack(now_ms, jitter_seed);
         if nacked {
@@ -502,7 +512,7 @@ impl Gate {
 
     // ----- admin ------------------------------------------------------------
 
-    pub fn add_units(&mut self, now_ms: u64, units: u64) -> AdminOutcome {
+    pub fn add_units(&mut self, now_ms: u64, units: u64) -> Result<(), AdminRefusal> {
         self.settle(now_ms);
         match self.stock_total.checked_add(units) {
             Some(total) if total <= limits::STOCK_UNITS_MAX => {
@@ -510,67 +520,87 @@ impl Gate {
                 self.available += units;
                 self.assert_stock();
                 self.dirty.meta = true;
-                AdminOutcome::Done
+                Ok(())
             }
-            _ => AdminOutcome::StockTooLarge,
+            _ => Err(AdminRefusal::StockTooLarge),
         }
     }
 
     /// Sets the total. It may never fall below the units held or sold.
-    pub fn set_total(&mut self, now_ms: u64, stock_total: u64) -> AdminOutcome {
-        self.update(now_ms, None, Some(stock_total), None)
+    pub fn set_total(&mut self, now_ms: u64, stock_total: u64) -> Result<(), AdminRefusal> {
+        self.update(
+            now_ms,
+            &ConfigPatch {
+                stock_total: Some(stock_total),
+                ..ConfigPatch::default()
+            },
+        )
+    }
+
+    pub fn set_mode(&mut self, now_ms: u64, mode: Mode) -> Result<(), AdminRefusal> {
+        self.update(
+            now_ms,
+            &ConfigPatch {
+                mode: Some(mode),
+                ..ConfigPatch::default()
+            },
+        )
     }
 
     /// Replaces the rules. New rules apply to new requests; live holds keep
-    /// their expiry. `per_buyer_max` may not drop below what a buyer already
-    /// holds or bought, so that the per-buyer invariant keeps holding.
-    pub fn configure(&mut self, now_ms: u64, config: Config) -> AdminOutcome {
-        self.update(now_ms, Some(config), None, None)
+    /// their expiry.
+    pub fn configure(&mut self, now_ms: u64, config: &Config) -> Result<(), AdminRefusal> {
+        let Config {
+            per_buyer_max,
+            quantity_max,
+            hold_ttl_ms,
+            idem_window_ms,
+            opens_at_ms,
+            closes_at_ms,
+            reservations_max,
+        } = *config;
+        self.update(
+            now_ms,
+            &ConfigPatch {
+                per_buyer_max: Some(per_buyer_max),
+                quantity_max: Some(quantity_max),
+                hold_ttl_ms: Some(hold_ttl_ms),
+                idem_window_ms: Some(idem_window_ms),
+                opens_at_ms: Some(opens_at_ms),
+                closes_at_ms: Some(closes_at_ms),
+                reservations_max: Some(reservations_max),
+                ..ConfigPatch::default()
+            },
+        )
     }
 
-    pub fn pause(&mut self, now_ms: u64) -> AdminOutcome {
-        self.update(now_ms, None, None, Some(Mode::Paused))
-    }
-
-    pub fn resume(&mut self, now_ms: u64) -> AdminOutcome {
-        self.update(now_ms, None, None, Some(Mode::Active))
-    }
-
-    pub fn close(&mut self, now_ms: u64) -> AdminOutcome {
-        self.update(now_ms, None, None, Some(Mode::Closed))
-    }
-
-    /// Applies an admin's changes to the rules, the total and the mode
-    /// together: all of them, or none if any is refused.
-    pub fn update(
-        &mut self,
-        now_ms: u64,
-        config: Option<Config>,
-        stock_total: Option<u64>,
-        mode: Option<Mode>,
-    ) -> AdminOutcome {
+    /// Applies an admin's patch to the rules, the total and the mode
+    /// together: all of it, or none if any part is refused.
+    /// `per_buyer_max` may not drop below what a buyer already holds or
+    /// bought, so that the per-buyer invariant keeps holding.
+    pub fn update(&mut self, now_ms: u64, patch: &ConfigPatch) -> Result<(), AdminRefusal> {
         self.settle(now_ms);
-        if let Some(config) = &config {
-            if let Err(e) = config.validate() {
-                return AdminOutcome::InvalidConfig(e);
-            }
+        let config = patch.apply(&self.config);
+        let config_changed = config != self.config;
+        if config_changed {
+            config.validate().map_err(AdminRefusal::InvalidConfig)?;
             let most = self.buyers.units_max();
             if config.per_buyer_max < most {
-                return AdminOutcome::BuyerAboveLimit { units: most };
+                return Err(AdminRefusal::BuyerAboveLimit { units: most });
             }
         }
         let committed = self.held + self.sold;
-        match stock_total {
-            Some(t) if t > limits::STOCK_UNITS_MAX => return AdminOutcome::StockTooLarge,
-            Some(t) if t < committed => return AdminOutcome::BelowCommitted { committed },
+        match patch.stock_total {
+            Some(t) if t > limits::STOCK_UNITS_MAX => return Err(AdminRefusal::StockTooLarge),
+            Some(t) if t < committed => return Err(AdminRefusal::BelowCommitted { committed }),
             _ => {}
         }
-        if self.mode == Mode::Closed && mode.is_some_and(|m| m != Mode::Closed) {
-            return AdminOutcome::SaleClosed;
+        if self.mode == Mode::Closed && patch.mode.is_some_and(|m| m != Mode::Closed) {
+            return Err(AdminRefusal::SaleClosed);
         }
 
         // Every refusal is above this line. From here the update must succeed.
-        if let Some(config) = config {
+        if config_changed {
             if config.idem_window_ms != self.config.idem_window_ms {
                 // Purge deadlines derive from the window; recompute them so
                 // that a restore, which derives them too, rebuilds the same
@@ -586,19 +616,19 @@ impl Gate {
             self.config = config;
             self.dirty.config = true;
         }
-        if let Some(t) = stock_total {
+        if let Some(t) = patch.stock_total.filter(|&t| t != self.stock_total) {
             self.stock_total = t;
             self.available = t - committed;
             self.assert_stock();
             self.dirty.meta = true;
         }
-        if let Some(mode) = mode.filter(|&m| m != self.mode) {
+        if let Some(mode) = patch.mode.filter(|&m| m != self.mode) {
             self.mode = mode;
             self.dirty.meta = true;
         }
         // A shorter window may already have ended for some tombstones.
         self.settle(now_ms);
-        AdminOutcome::Done
+        Ok(())
     }
 
     // ----- observation ------------------------------------------------------
@@ -621,305 +651,5 @@ impl Gate {
             next_deadline_ms: self.poll_timeout(),
             counters: self.counters.clone(),
         }
-    }
-
-    // ----- persistence ------------------------------------------------------
-
-    /// The rows to write for everything that changed since the last call, in
-    /// key order, each once. Deleted rows come as `Change::Delete`.
-    pub fn take_changes(&mut self) -> Vec<Change> {
-        let mut keys = std::mem::take(&mut self.dirty.keys);
-        if keys.len() > 1 {
-            keys.sort_unstable();
-            keys.dedup();
-        }
-        let mut out = Vec::with_capacity(keys.len() + 2);
-        if std::mem::take(&mut self.dirty.meta) {
-            out.push(Change::Put(Row::Meta(self.meta_row())));
-        }
-        if std::mem::take(&mut self.dirty.config) {
-            out.push(Change::Put(Row::Config(self.config.clone())));
-        }
-        for key in keys {
-            let row = match key {
-                RowKey::Reservation(id) => self.store.get(id).map(|_| self.reservation_row(id)),
-                RowKey::Outbox(seq) => self.outbox.get(seq).cloned().map(Row::Outbox),
-                RowKey::Meta | RowKey::Config => unreachable!("tracked by flags"),
-            };
-            out.push(match row {
-                Some(row) => Change::Put(row),
-                None => Change::Delete(key),
-            });
-        }
-        out
-    }
-
-    /// True when changes are waiting to be taken.
-    pub fn has_changes(&self) -> bool {
-        self.dirty.meta || self.dirty.config || !self.dirty.keys.is_empty()
-    }
-
-    fn reservation_row(&self, id: ReservationId) -> Row {
-        let r = self.store.get(id).expect("rendered record exists");
-        let paid = self.store.paid(id);
-        Row::Reservation(ReservationRow {
-            id,
-            buyer: self.buyers.id(r.buyer).to_string(),
-            idem_key: r.idem_key.to_string(),
-            quantity: r.quantity,
-            state: r.state,
-            expires_at_ms: r.expires_at_ms,
-            payment_ref: paid.map(|p| p.payment_ref.to_string()),
-            confirmed_at_ms: paid.map(|p| p.confirmed_at_ms),
-            outbox_seq: paid.map(|p| p.outbox_seq),
-        })
-    }
-
-    fn meta_row(&self) -> MetaRow {
-        MetaRow {
-            stock_total: self.stock_total,
-            mode: self.mode,
-            next_reservation_id: self.next_id,
-            outbox_acked_seq: self.outbox.acked_seq,
-            outbox_attempts: self.outbox.attempts,
-            outbox_retry_at_ms: self.outbox.retry_at_ms,
-        }
-    }
-
-    /// Every row of the gate, in key order: what storage holds once every
-    /// change has been written.
-    pub fn rows(&self) -> Vec<Row> {
-        let mut rows = vec![Row::Meta(self.meta_row()), Row::Config(self.config.clone())];
-        rows.extend(self.store.iter().map(|(id, _)| self.reservation_row(id)));
-        rows.extend(self.outbox.iter().cloned().map(Row::Outbox));
-        rows
-    }
-
-    /// Rebuilds a gate from its rows, checking that they are consistent.
-    pub fn restore(rows: impl IntoIterator<Item = Row>) -> Result<Gate, RestoreError> {
-        let mut meta = None;
-        let mut config = None;
-        let mut reservations = Vec::new();
-        let mut outbox = Vec::new();
-        for row in rows {
-            match row {
-                Row::Meta(m) => {
-                    if meta.replace(m).is_some() {
-                        return Err(RestoreError::DuplicateKey(RowKey::Meta));
-                    }
-                }
-                Row::Config(c) => {
-                    if config.replace(c).is_some() {
-                        return Err(RestoreError::DuplicateKey(RowKey::Config));
-                    }
-                }
-                Row::Reservation(r) => reservations.push(r),
-                Row::Outbox(e) => outbox.push(e),
-            }
-        }
-        let meta = meta.ok_or(RestoreError::MissingMeta)?;
-        let config = config.ok_or(RestoreError::MissingConfig)?;
-        config.validate().map_err(RestoreError::InvalidConfig)?;
-        let window = config.idem_window_ms;
-        let mut gate = Gate::empty(
-            config,
-            meta.mode,
-            meta.stock_total,
-            meta.next_reservation_id,
-            Outbox::restored(
-                meta.outbox_acked_seq,
-                meta.outbox_attempts,
-                meta.outbox_retry_at_ms,
-            ),
-        );
-        reservations.sort_unstable_by_key(|r| r.id);
-        let mut last_id = None;
-        for row in reservations {
-            let id = row.id;
-            let bad = |why| Err(RestoreError::BadReservation(id, why));
-            if last_id == Some(id) {
-                return Err(RestoreError::DuplicateKey(RowKey::Reservation(id)));
-            }
-            last_id = Some(id);
-            if id >= meta.next_reservation_id {
-                return bad("id at or above next_reservation_id");
-            }
-            if row.quantity == 0 {
-                return bad("zero quantity");
-            }
-            if !field_ok(&row.buyer, limits::BUYER_ID_BYTES_MAX)
-                || !field_ok(&row.idem_key, limits::IDEM_KEY_BYTES_MAX)
-            {
-                return bad("buyer or key out of bounds");
-            }
-            let known = gate.buyers.find(&row.buyer);
-            if known.is_some_and(|slot| gate.store.find_idem(slot, &row.idem_key).is_some()) {
-                return bad("idempotency key used twice");
-            }
-            let confirmed = row.state == HoldState::Confirmed;
-            let paid = match (row.payment_ref, row.confirmed_at_ms, row.outbox_seq) {
-                (Some(payment_ref), Some(confirmed_at_ms), Some(outbox_seq)) if confirmed => {
-                    Some(Paid {
-                        payment_ref: payment_ref.into(),
-                        confirmed_at_ms,
-                        outbox_seq,
-                    })
-                }
-                (None, None, None) if !confirmed => None,
-                _ => return bad("payment fields disagree with state"),
-            };
-            let quantity = u64::from(row.quantity);
-            let buyer = gate.buyers.acquire(&row.buyer, Some(known));
-            if matches!(row.state, HoldState::Held | HoldState::Confirmed) {
-                gate.buyers.add_units(buyer, row.quantity);
-            }
-            match row.state {
-                HoldState::Held => {
-                    gate.expiry.insert((row.expires_at_ms, id));
-                    gate.held += quantity;
-                    gate.live_holds += 1;
-                }
-                HoldState::Confirmed => gate.sold += quantity,
-                HoldState::Cancelled | HoldState::Expired => {
-                    gate.purge
-                        .insert((row.expires_at_ms.saturating_add(window), id));
-                    gate.tombstones += 1;
-                }
-            }
-            gate.store.insert(
-                id,
-                Reservation {
-                    buyer,
-                    idem_key: row.idem_key.into(),
-                    expires_at_ms: row.expires_at_ms,
-                    quantity: row.quantity,
-                    state: row.state,
-                },
-                paid,
-            );
-        }
-        let committed = gate.held + gate.sold;
-        if committed > gate.stock_total || gate.stock_total > limits::STOCK_UNITS_MAX {
-            return Err(RestoreError::Oversold {
-                committed,
-                stock_total: gate.stock_total,
-            });
-        }
-        gate.available = gate.stock_total - committed;
-        outbox.sort_unstable_by_key(|e| e.seq);
-        for entry in outbox {
-            let expected = gate.outbox.next_seq();
-            if entry.seq != expected {
-                return Err(RestoreError::OutboxGap {
-                    expected,
-                    found: entry.seq,
-                });
-            }
-            let matches = gate
-                .store
-                .paid(entry.reservation_id)
-                .is_some_and(|p| p.outbox_seq == entry.seq);
-            if !matches {
-                return Err(RestoreError::BadReservation(
-                    entry.reservation_id,
-                    "outbox entry without its confirmed reservation",
-                ));
-            }
-            gate.outbox.push(entry);
-        }
-        gate.assert_stock();
-        Ok(gate)
-    }
-
-    /// Checks every invariant against the full state. O(n): for tests, the
-    /// simulator and debugging, never a request path.
-    pub fn audit(&self) -> Result<(), String> {
-        if self.available + self.held + self.sold != self.stock_total {
-            return Err(format!(
-                "I1: available {} + held {} + sold {} != total {}",
-                self.available, self.held, self.sold, self.stock_total
-            ));
-        }
-        self.store.audit()?;
-        self.buyers.audit()?;
-        let (mut held, mut sold, mut live, mut tomb) = (0u64, 0u64, 0u32, 0u32);
-        let mut expiry = BTreeSet::new();
-        let mut purge = BTreeSet::new();
-        let mut usage: HashMap<u32, (u32, u32)> = HashMap::new();
-        for (id, r) in self.store.iter() {
-            if id >= self.next_id {
-                return Err(format!(
-                    "reservation {id} at or above next id {}",
-                    self.next_id
-                ));
-            }
-            if self.store.paid(id).is_some() != (r.state == HoldState::Confirmed) {
-                return Err(format!("reservation {id}: payment disagrees with state"));
-            }
-            let q = u64::from(r.quantity);
-            match r.state {
-                HoldState::Held => {
-                    held += q;
-                    live += 1;
-                    expiry.insert((r.expires_at_ms, id));
-                }
-                HoldState::Confirmed => sold += q,
-                HoldState::Cancelled | HoldState::Expired => {
-                    tomb += 1;
-                    purge.insert((r.expires_at_ms + self.config.idem_window_ms, id));
-                }
-            }
-            let (units, refs) = usage.entry(r.buyer).or_default();
-            *refs += 1;
-            if matches!(r.state, HoldState::Held | HoldState::Confirmed) {
-                *units += r.quantity;
-            }
-        }
-        if (held, sold) != (self.held, self.sold) {
-            return Err(format!(
-                "held/sold counters {}/{} but records sum to {held}/{sold}",
-                self.held, self.sold
-            ));
-        }
-        if (live, tomb) != (self.live_holds, self.tombstones) {
-            return Err("live hold or tombstone count disagrees with records".into());
-        }
-        if expiry != self.expiry {
-            return Err("the expiry index does not match the live holds".into());
-        }
-        if purge != self.purge {
-            return Err("the purge index does not match the tombstones".into());
-        }
-        let slots: Vec<_> = self.buyers.iter().collect();
-        if slots.len() != usage.len()
-            || slots
-                .iter()
-                .any(|&(slot, _, units, refs)| usage.get(&slot) != Some(&(units, refs)))
-        {
-            return Err("per-buyer units or references disagree with records".into());
-        }
-        if let Some((_, b, u, _)) = slots.iter().find(|s| s.2 > self.config.per_buyer_max) {
-            return Err(format!(
-                "buyer {b} has {u} units, above per_buyer_max {}",
-                self.config.per_buyer_max
-            ));
-        }
-        // Every confirmation not yet acked is in the outbox, and only those.
-        let mut pending = 0;
-        for (id, r) in self.store.iter() {
-            if let Some(p) = self.store.paid(id) {
-                if p.outbox_seq > self.outbox.acked_seq {
-                    pending += 1;
-                    match self.outbox.get(p.outbox_seq) {
-                        Some(e) if e.reservation_id == id && e.quantity == r.quantity => {}
-                        _ => return Err(format!("confirmation {id} is missing from the outbox")),
-                    }
-                }
-            }
-        }
-        if pending != self.outbox.backlog() {
-            return Err("the outbox holds entries with no confirmation".into());
-        }
-        Ok(())
     }
 }

@@ -15,22 +15,26 @@
 //!   expired`; a confirm at or after expiry is refused.
 //! - Every confirmation enters the outbox in the same call (for I2).
 
+mod audit;
 mod buyers;
 pub mod config;
 pub mod gate;
+mod mix;
 pub mod outbox;
 pub mod outcome;
+mod persist;
 pub mod rows;
 pub mod stats;
 mod store;
 
-pub use config::{limits, Config, ConfigError, Mode, Phase};
-pub use gate::{Gate, ReservationView, SetupError};
+pub use config::{limits, Config, ConfigError, ConfigPatch, Mode, Phase};
+pub use gate::{Gate, ReservationView};
+pub use mix::splitmix64;
 pub use outbox::{backoff_ms, OutboxEntry};
 pub use outcome::{
-    AckOutcome, AdminOutcome, CancelOutcome, ConfirmOutcome, Confirmation, InvalidInput,
-    ReservationId, ReserveOutcome,
+    AckOutcome, AdminRefusal, AdminRefusalKind, CancelKind, CancelOutcome, ConfirmKind,
+    ConfirmOutcome, Confirmation, InvalidInput, ReservationId, ReserveKind, ReserveOutcome,
 };
-pub use rows::{Change, MetaRow, ReservationRow, RestoreError, Row, RowKey};
+pub use rows::{Change, ItemKey, MetaRow, ReservationRow, RestoreError, Row, RowKey};
 pub use stats::{Counters, Stats};
 pub use store::HoldState;

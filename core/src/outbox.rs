@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 
 use crate::config::limits;
+use crate::mix::splitmix64;
 use crate::outcome::{AckOutcome, ReservationId};
 
 /// One confirmed reservation on its way to the origin.
@@ -52,15 +53,8 @@ pub fn backoff_ms(attempt: u32, jitter_seed: u64) -> u64 {
     let doublings = attempt.saturating_sub(1).min(20);
     let delay = (limits::OUTBOX_BACKOFF_BASE_MS << doublings).min(limits::OUTBOX_BACKOFF_CAP_MS);
     let half = delay / 2;
-    half + splitmix64(jitter_seed) % (delay - half + 1)
-}
-
-/// A small, well-known mixing function; the caller supplies the randomness.
-fn splitmix64(seed: u64) -> u64 {
-    let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    let mut state = jitter_seed;
+    half + splitmix64(&mut state) % (delay - half + 1)
 }
 
 impl Outbox {
@@ -112,7 +106,9 @@ impl Outbox {
         })
     }
 
-    /// The next batch, or nothing while a batch is out or a backoff runs.
+    /// The next batch of at most `batch_size_max` entries (the caller's
+    /// limit: the origin's batch size), or nothing while a batch is out or a
+    /// backoff runs.
     pub fn poll(&mut self, now_ms: u64, batch_size_max: usize) -> Vec<OutboxEntry> {
         if let Some(lease) = self.lease {
             if now_ms < lease.until_ms {
@@ -124,9 +120,7 @@ impl Outbox {
         if self.entries.is_empty() || now_ms < self.retry_at_ms {
             return Vec::new();
         }
-        let n = batch_size_max
-            .clamp(1, limits::OUTBOX_BATCH_SIZE_MAX)
-            .min(self.entries.len());
+        let n = batch_size_max.max(1).min(self.entries.len());
         self.lease = Some(Lease {
             up_to_seq: self.acked_seq + n as u64,
             until_ms: now_ms.saturating_add(limits::OUTBOX_LEASE_MS),
@@ -151,8 +145,7 @@ impl Outbox {
         self.attempts = 0;
         self.retry_at_ms = 0;
         self.lease = None;
-        let entries = u32::try_from(n).expect("batch size is bounded");
-        (AckOutcome::Acked { entries }, first..up_to_seq + 1)
+        (AckOutcome::Acked { entries: n }, first..up_to_seq + 1)
     }
 
     /// Records a failed delivery of the batch that is out. Returns false, and

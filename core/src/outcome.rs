@@ -1,11 +1,55 @@
 //! Every answer the gate gives is a value of one of these enums. A refusal is
 //! an ordinary outcome, never a panic: a panic in the Durable Object resets the
 //! whole wasm instance.
+//!
+//! Each outcome enum has a `Kind`: its variants without their data, declared
+//! by [`outcome_kinds!`] from one table that names each variant's stable code.
+//! The kind is the index of the outcome's counter and `code()` is read from
+//! the same table, so the codes, the counter slots and the code lists cannot
+//! drift apart. The HTTP layer maps each kind to a problem code and a test
+//! checks that the two spell every code the same.
 
 use crate::config::ConfigError;
 
 /// A reservation's id, unique within its product and never reused.
 pub type ReservationId = u64;
+
+/// Declares `$Kind`, the data-less twin of `$Outcome`, from one table of
+/// `Variant => "code"` lines, with `ALL`, `code()` and `$Outcome::kind()`.
+macro_rules! outcome_kinds {
+    ($(#[$meta:meta])* $Outcome:ident => $Kind:ident { $($Var:ident => $code:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $Kind {
+            $($Var,)+
+        }
+
+        impl $Kind {
+            /// Every kind, in counter-slot order.
+            pub const ALL: &'static [$Kind] = &[$($Kind::$Var,)+];
+
+            /// The stable machine-readable code: the HTTP problem `code` of
+            /// a refusal, and the key of its counter.
+            pub const fn code(self) -> &'static str {
+                match self {
+                    $($Kind::$Var => $code,)+
+                }
+            }
+        }
+
+        impl $Outcome {
+            pub fn kind(&self) -> $Kind {
+                match self {
+                    $($Outcome::$Var { .. } => $Kind::$Var,)+
+                }
+            }
+
+            pub fn code(&self) -> &'static str {
+                self.kind().code()
+            }
+        }
+    };
+}
 
 /// The answer to a reserve request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,42 +96,21 @@ pub enum ReserveOutcome {
     },
 }
 
-impl ReserveOutcome {
-    /// A stable machine-readable code, used as the HTTP problem `code` and
-    /// as the key of the per-outcome counters.
-    pub fn code(&self) -> &'static str {
-        match self {
-            ReserveOutcome::Reserved { .. } => "reserved",
-            ReserveOutcome::Replayed { .. } => "replayed",
-            ReserveOutcome::IdempotencyConflict { .. } => "idempotency_conflict",
-            ReserveOutcome::SoldOut => "sold_out",
-            ReserveOutcome::InsufficientStock { .. } => "insufficient_stock",
-            ReserveOutcome::BuyerLimitReached { .. } => "buyer_limit",
-            ReserveOutcome::NotOpen { .. } => "not_open",
-            ReserveOutcome::Closed => "closed",
-            ReserveOutcome::Paused => "paused",
-            ReserveOutcome::InvalidQuantity { .. } => "invalid_quantity",
-            ReserveOutcome::InvalidInput(_) => "invalid_input",
-            ReserveOutcome::Overloaded { .. } => "overloaded",
-        }
-    }
-
-    /// This outcome's counter; `stats::RESERVE_CODES[slot]` is its code.
-    pub(crate) fn slot(&self) -> usize {
-        match self {
-            ReserveOutcome::Reserved { .. } => 0,
-            ReserveOutcome::Replayed { .. } => 1,
-            ReserveOutcome::IdempotencyConflict { .. } => 2,
-            ReserveOutcome::SoldOut => 3,
-            ReserveOutcome::InsufficientStock { .. } => 4,
-            ReserveOutcome::BuyerLimitReached { .. } => 5,
-            ReserveOutcome::NotOpen { .. } => 6,
-            ReserveOutcome::Closed => 7,
-            ReserveOutcome::Paused => 8,
-            ReserveOutcome::InvalidQuantity { .. } => 9,
-            ReserveOutcome::InvalidInput(_) => 10,
-            ReserveOutcome::Overloaded { .. } => 11,
-        }
+outcome_kinds! {
+    /// The kinds of [`ReserveOutcome`].
+    ReserveOutcome => ReserveKind {
+        Reserved => "reserved",
+        Replayed => "replayed",
+        IdempotencyConflict => "idempotency_conflict",
+        SoldOut => "sold_out",
+        InsufficientStock => "insufficient_stock",
+        BuyerLimitReached => "buyer_limit",
+        NotOpen => "not_open",
+        Closed => "closed",
+        Paused => "paused",
+        InvalidQuantity => "invalid_quantity",
+        InvalidInput => "invalid_input",
+        Overloaded => "overloaded",
     }
 }
 
@@ -125,26 +148,14 @@ pub enum ConfirmOutcome {
     InvalidInput(InvalidInput),
 }
 
-impl ConfirmOutcome {
-    pub fn code(&self) -> &'static str {
-        match self {
-            ConfirmOutcome::Confirmed(_) => "confirmed",
-            ConfirmOutcome::Expired => "expired",
-            ConfirmOutcome::Cancelled => "cancelled",
-            ConfirmOutcome::Unknown => "unknown_reservation",
-            ConfirmOutcome::InvalidInput(_) => "invalid_input",
-        }
-    }
-
-    /// This outcome's counter; `stats::CONFIRM_CODES[slot]` is its code.
-    pub(crate) fn slot(&self) -> usize {
-        match self {
-            ConfirmOutcome::Confirmed(_) => 0,
-            ConfirmOutcome::Expired => 1,
-            ConfirmOutcome::Cancelled => 2,
-            ConfirmOutcome::Unknown => 3,
-            ConfirmOutcome::InvalidInput(_) => 4,
-        }
+outcome_kinds! {
+    /// The kinds of [`ConfirmOutcome`].
+    ConfirmOutcome => ConfirmKind {
+        Confirmed => "confirmed",
+        Expired => "expired",
+        Cancelled => "cancelled",
+        Unknown => "unknown_reservation",
+        InvalidInput => "invalid_input",
     }
 }
 
@@ -161,31 +172,22 @@ pub enum CancelOutcome {
     Unknown,
 }
 
-impl CancelOutcome {
-    pub fn code(&self) -> &'static str {
-        match self {
-            CancelOutcome::Cancelled { .. } => "cancelled",
-            CancelOutcome::AlreadyConfirmed => "already_confirmed",
-            CancelOutcome::AlreadyExpired => "already_expired",
-            CancelOutcome::Unknown => "unknown_reservation",
-        }
-    }
-
-    /// This outcome's counter; `stats::CANCEL_CODES[slot]` is its code.
-    pub(crate) fn slot(&self) -> usize {
-        match self {
-            CancelOutcome::Cancelled { .. } => 0,
-            CancelOutcome::AlreadyConfirmed => 1,
-            CancelOutcome::AlreadyExpired => 2,
-            CancelOutcome::Unknown => 3,
-        }
+outcome_kinds! {
+    /// The kinds of [`CancelOutcome`].
+    CancelOutcome => CancelKind {
+        Cancelled => "cancelled",
+        AlreadyConfirmed => "already_confirmed",
+        AlreadyExpired => "already_expired",
+        Unknown => "unknown_reservation",
     }
 }
 
-/// The answer to an admin operation.
+/// Why an admin operation was refused. Admin operations return
+/// `Result<_, AdminRefusal>`: a refused one changed nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AdminOutcome {
-    Done,
+pub enum AdminRefusal {
+    /// A product is created with a `stock_total`.
+    StockRequired,
     /// The new total would be below the units already held or sold.
     BelowCommitted {
         committed: u64,
@@ -201,11 +203,24 @@ pub enum AdminOutcome {
     SaleClosed,
 }
 
+outcome_kinds! {
+    /// The kinds of [`AdminRefusal`]. A configuration out of range is an
+    /// invalid body, as a type error in the same body is.
+    AdminRefusal => AdminRefusalKind {
+        StockRequired => "invalid_body",
+        BelowCommitted => "below_committed",
+        StockTooLarge => "stock_too_large",
+        InvalidConfig => "invalid_body",
+        BuyerAboveLimit => "buyer_above_limit",
+        SaleClosed => "sale_closed",
+    }
+}
+
 /// The answer to an outbox acknowledgement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AckOutcome {
     /// This many entries were removed from the outbox.
-    Acked { entries: u32 },
+    Acked { entries: u64 },
     /// Nothing at or below that sequence was waiting; nothing changed.
     Stale,
     /// The sequence was never handed out. Acking it would drop an entry the

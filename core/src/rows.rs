@@ -29,6 +29,23 @@ pub enum RowKey {
     Outbox(u64),
 }
 
+/// The key of a row that can be deleted. The meta and config rows live as
+/// long as the product, so a delete of them cannot even be written down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ItemKey {
+    Reservation(ReservationId),
+    Outbox(u64),
+}
+
+impl From<ItemKey> for RowKey {
+    fn from(k: ItemKey) -> RowKey {
+        match k {
+            ItemKey::Reservation(id) => RowKey::Reservation(id),
+            ItemKey::Outbox(seq) => RowKey::Outbox(seq),
+        }
+    }
+}
+
 /// Counters and cursors that cannot be derived from the other rows.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MetaRow {
@@ -77,7 +94,17 @@ impl Row {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Change {
     Put(Row),
-    Delete(RowKey),
+    Delete(ItemKey),
+}
+
+impl Change {
+    /// The key of the row this change writes or deletes.
+    pub fn key(&self) -> RowKey {
+        match self {
+            Change::Put(row) => row.key(),
+            Change::Delete(k) => (*k).into(),
+        }
+    }
 }
 
 /// Why a set of rows does not describe a gate.

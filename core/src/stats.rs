@@ -1,77 +1,56 @@
 //! What the gate reports about itself.
 
 use crate::config::Phase;
-use crate::outcome::{CancelOutcome, ConfirmOutcome, ReserveOutcome};
+use crate::outcome::{CancelKind, ConfirmKind, ReserveKind};
 
 /// Outcome counts since this gate was created or restored. They are
 /// telemetry, not state: they are not persisted, because a refusal must not
-/// cost a storage write on the hot path of a sold-out product.
+/// cost a storage write on the hot path of a sold-out product. Each array is
+/// indexed by its outcome's kind, so a slot exists for every code.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
-    reserve: [u64; RESERVE_CODES.len()],
-    confirm: [u64; CONFIRM_CODES.len()],
-    cancel: [u64; CANCEL_CODES.len()],
+    reserve: [u64; ReserveKind::ALL.len()],
+    confirm: [u64; ConfirmKind::ALL.len()],
+    cancel: [u64; CancelKind::ALL.len()],
     pub holds_expired: u64,
 }
 
-pub(crate) const RESERVE_CODES: [&str; 12] = [
-    "reserved",
-    "replayed",
-    "idempotency_conflict",
-    "sold_out",
-    "insufficient_stock",
-    "buyer_limit",
-    "not_open",
-    "closed",
-    "paused",
-    "invalid_quantity",
-    "invalid_input",
-    "overloaded",
-];
-pub(crate) const CONFIRM_CODES: [&str; 5] = [
-    "confirmed",
-    "expired",
-    "cancelled",
-    "unknown_reservation",
-    "invalid_input",
-];
-pub(crate) const CANCEL_CODES: [&str; 4] = [
-    "cancelled",
-    "already_confirmed",
-    "already_expired",
-    "unknown_reservation",
-];
-
 impl Counters {
-    pub(crate) fn count_reserve(&mut self, o: &ReserveOutcome) {
-        debug_assert_eq!(RESERVE_CODES[o.slot()], o.code());
-        self.reserve[o.slot()] += 1;
+    pub(crate) fn count_reserve(&mut self, kind: ReserveKind) {
+        self.reserve[kind as usize] += 1;
     }
 
-    pub(crate) fn count_confirm(&mut self, o: &ConfirmOutcome) {
-        debug_assert_eq!(CONFIRM_CODES[o.slot()], o.code());
-        self.confirm[o.slot()] += 1;
+    pub(crate) fn count_confirm(&mut self, kind: ConfirmKind) {
+        self.confirm[kind as usize] += 1;
     }
 
-    pub(crate) fn count_cancel(&mut self, o: &CancelOutcome) {
-        debug_assert_eq!(CANCEL_CODES[o.slot()], o.code());
-        self.cancel[o.slot()] += 1;
+    pub(crate) fn count_cancel(&mut self, kind: CancelKind) {
+        self.cancel[kind as usize] += 1;
+    }
+
+    pub fn reserve(&self, kind: ReserveKind) -> u64 {
+        self.reserve[kind as usize]
+    }
+
+    pub fn confirm(&self, kind: ConfirmKind) -> u64 {
+        self.confirm[kind as usize]
+    }
+
+    pub fn cancel(&self, kind: CancelKind) -> u64 {
+        self.cancel[kind as usize]
     }
 
     /// `(operation, outcome code, count)` for every outcome, zeros included.
     pub fn iter(&self) -> impl Iterator<Item = (&'static str, &'static str, u64)> + '_ {
-        let reserve = RESERVE_CODES
+        let reserve = ReserveKind::ALL
             .iter()
-            .zip(self.reserve)
-            .map(|(c, n)| ("reserve", *c, n));
-        let confirm = CONFIRM_CODES
+            .map(|&k| ("reserve", k.code(), self.reserve(k)));
+        let confirm = ConfirmKind::ALL
             .iter()
-            .zip(self.confirm)
-            .map(|(c, n)| ("confirm", *c, n));
-        let cancel = CANCEL_CODES
+            .map(|&k| ("confirm", k.code(), self.confirm(k)));
+        let cancel = CancelKind::ALL
             .iter()
-            .zip(self.cancel)
-            .map(|(c, n)| ("cancel", *c, n));
+            .map(|&k| ("cancel", k.code(), self.cancel(k)));
         reserve.chain(confirm).chain(cancel)
     }
 }
@@ -95,4 +74,26 @@ pub struct Stats {
     pub outbox_retry_at_ms: u64,
     pub next_deadline_ms: Option<u64>,
     pub counters: Counters,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_its_own_slot() {
+        let mut c = Counters::default();
+        for (i, &k) in ReserveKind::ALL.iter().enumerate() {
+            assert_eq!(k as usize, i);
+            for _ in 0..=i {
+                c.count_reserve(k);
+            }
+        }
+        for (i, &k) in ReserveKind::ALL.iter().enumerate() {
+            assert_eq!(c.reserve(k), i as u64 + 1, "{}", k.code());
+        }
+        let codes: Vec<_> = c.iter().filter(|e| e.0 == "reserve").map(|e| e.1).collect();
+        let want: Vec<_> = ReserveKind::ALL.iter().map(|k| k.code()).collect();
+        assert_eq!(codes, want);
+    }
 }

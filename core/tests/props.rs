@@ -65,7 +65,7 @@ fn apply(g: &mut Gate, now: &mut u64, op: &Op) -> Result<(), TestCaseError> {
                     prop_assert_eq!(expires_at_ms, *now + g.config().hold_ttl_ms);
                     prop_assert_eq!(settled.held, before.held + u64::from(qty));
                     prop_assert_eq!(settled.available + u64::from(qty), before.available);
-                    let v = g.reservation(reservation_id, *now).unwrap();
+                    let v = g.reservation(*now, reservation_id, &b).unwrap();
                     prop_assert_eq!(v.state, HoldState::Held);
                     // Replaying it is answered from the record and takes nothing.
                     let again = g.reserve(*now, &b, &k, qty);
@@ -123,8 +123,8 @@ fn apply(g: &mut Gate, now: &mut u64, op: &Op) -> Result<(), TestCaseError> {
         Op::Cancel { id, buyer } => {
             let b = format!("b{buyer}");
             let held_before = g
-                .reservation(id, *now)
-                .filter(|v| v.buyer == b && v.state == HoldState::Held);
+                .reservation(*now, id, &b)
+                .filter(|v| v.state == HoldState::Held);
             let out = g.cancel(*now, id, &b);
             let after = g.stats(*now);
             if let (CancelOutcome::Cancelled { quantity }, Some(v)) = (out, held_before) {
@@ -146,7 +146,7 @@ fn apply(g: &mut Gate, now: &mut u64, op: &Op) -> Result<(), TestCaseError> {
             prop_assert_eq!(g.stats(*now), s);
         }
         Op::AddUnits(n) => {
-            g.add_units(*now, n);
+            prop_assert_eq!(g.add_units(*now, n), Ok(()));
             let after = g.stats(*now);
             prop_assert_eq!(after.stock_total, before.stock_total + n);
         }
@@ -200,7 +200,7 @@ proptest! {
             for c in g.take_changes() {
                 match c {
                     Change::Put(row) => { storage.insert(row.key(), row); }
-                    Change::Delete(k) => { storage.remove(&k); }
+                    Change::Delete(k) => { storage.remove(&k.into()); }
                 }
             }
         }
@@ -246,7 +246,7 @@ proptest! {
                     if !out.is_empty() {
                         let k = batch.min(out.len());
                         let up_to = acked.len() as u64 + k as u64;
-                        prop_assert_eq!(g.ack_outbox(up_to), AckOutcome::Acked { entries: k as u32 });
+                        prop_assert_eq!(g.ack_outbox(up_to), AckOutcome::Acked { entries: k as u64 });
                         acked.extend(out.drain(..k));
                         out.clear();
                     }

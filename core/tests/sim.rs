@@ -7,7 +7,9 @@
 //! trips in the middle of the run. After every step it checks:
 //! - the outcome equals the model's;
 //! - `Gate::audit` (I1, the indexes, per-buyer limits, outbox coverage);
-//! - the counters agree with the model;
+//! - every outcome counter and the expired-hold counter agree with the
+//!   model's own tally (both restart from zero at a restore, since counters
+//!   are telemetry and are not persisted);
 //! - storage, fed only by `take_changes`, equals `Gate::rows` exactly.
 //!
 //! `cargo test` runs 200 seeds of 10,000 operations. Environment:
@@ -20,20 +22,18 @@ use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use flashgate_core::{
-    backoff_ms, limits, AckOutcome, AdminOutcome, CancelOutcome, Change, Config, ConfirmOutcome,
-    Gate, HoldState, InvalidInput, Mode, Phase, ReserveOutcome, Row, RowKey,
+    backoff_ms, limits, splitmix64, AckOutcome, AdminRefusal, CancelOutcome, Change, Config,
+    ConfirmOutcome, Gate, HoldState, InvalidInput, ItemKey, Mode, Phase, ReserveOutcome, Row,
+    RowKey,
 };
 
-/// A tiny deterministic generator (splitmix64). The test needs no more.
+/// A tiny deterministic generator: the core's splitmix64. The test needs no
+/// more.
 struct Rng(u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        splitmix64(&mut self.0)
     }
     fn below(&mut self, n: u64) -> u64 {
         if n == 0 {
@@ -77,6 +77,8 @@ struct Model {
     attempts: u32,
     retry_at: u64,
     lease: Option<(u64, u64)>,
+    /// Holds expired since the last restore, as the gate's counter counts.
+    expired: u64,
 }
 
 impl Model {
@@ -102,6 +104,7 @@ impl Model {
         for r in &mut self.res {
             if r.state == HoldState::Held && r.expires_at <= now {
                 r.state = HoldState::Expired;
+                self.expired += 1;
             }
         }
         let window = self.config.idem_window_ms;
@@ -275,6 +278,9 @@ struct Sim {
     restores: u64,
     /// `op:code` of every outcome produced, for the coverage test.
     seen: std::collections::BTreeSet<String>,
+    /// `(op, code) -> count` of outcomes since the last restore: the tally
+    /// the gate's counters must match.
+    tally: BTreeMap<(&'static str, &'static str), u64>,
 }
 
 fn random_config(rng: &mut Rng, now: u64) -> Config {
@@ -319,6 +325,7 @@ impl Sim {
             attempts: 0,
             retry_at: 0,
             lease: None,
+            expired: 0,
         };
         let mut sim = Sim {
             rng,
@@ -331,6 +338,7 @@ impl Sim {
             key_counter: 0,
             restores: 0,
             seen: Default::default(),
+            tally: BTreeMap::new(),
         };
         sim.write_changes();
         sim
@@ -344,7 +352,7 @@ impl Sim {
                 }
                 Change::Delete(key) => {
                     assert!(
-                        self.storage.remove(&key).is_some(),
+                        self.storage.remove(&key.into()).is_some(),
                         "delete of absent {key:?}"
                     );
                 }
@@ -414,7 +422,7 @@ impl Sim {
                 let want = self.model.reserve(self.now, &buyer, &key, qty);
                 let got = self.gate.reserve(self.now, &buyer, &key, qty);
                 desc = format!("reserve({buyer}, {key}, {qty}) -> {got:?}");
-                self.seen.insert(format!("reserve:{}", got.code()));
+                self.count("reserve", got.code());
                 assert_eq!(got, want, "{desc}");
                 if !matches!(got, ReserveOutcome::Reserved { .. }) {
                     self.assert_only_settled(&desc);
@@ -430,7 +438,7 @@ impl Sim {
                 let want = self.model.confirm(self.now, id, &buyer, &pref);
                 let got = self.gate.confirm(self.now, id, &buyer, &pref);
                 desc = format!("confirm({id}, {buyer}, {pref}) -> {got:?}");
-                self.seen.insert(format!("confirm:{}", got.code()));
+                self.count("confirm", got.code());
                 assert_eq!(got, want, "{desc}");
             }
             52..=57 => {
@@ -438,7 +446,7 @@ impl Sim {
                 let want = self.model.cancel(self.now, id, &buyer);
                 let got = self.gate.cancel(self.now, id, &buyer);
                 desc = format!("cancel({id}, {buyer}) -> {got:?}");
-                self.seen.insert(format!("cancel:{}", got.code()));
+                self.count("cancel", got.code());
                 assert_eq!(got, want, "{desc}");
             }
             58..=69 => {
@@ -516,7 +524,7 @@ impl Sim {
                     m.attempts = 0;
                     m.retry_at = 0;
                     m.lease = None;
-                    AckOutcome::Acked { entries: n as u32 }
+                    AckOutcome::Acked { entries: n as u64 }
                 } else {
                     AckOutcome::NotHandedOut
                 };
@@ -557,6 +565,9 @@ impl Sim {
                 self.gate = restored;
                 // The lease is not persisted: a batch that was out goes again.
                 self.model.lease = None;
+                // Counters are telemetry: they restart with the restored gate.
+                self.tally.clear();
+                self.model.expired = 0;
                 self.restores += 1;
                 desc = "restore".into();
             }
@@ -569,7 +580,7 @@ impl Sim {
     fn assert_only_settled(&mut self, desc: &str) {
         for change in self.gate.take_changes() {
             match &change {
-                Change::Delete(RowKey::Reservation(_)) => {}
+                Change::Delete(ItemKey::Reservation(_)) => {}
                 Change::Put(Row::Reservation(r)) if r.state == HoldState::Expired => {}
                 other => panic!("{desc} wrote {other:?}"),
             }
@@ -579,10 +590,15 @@ impl Sim {
                     self.storage.insert(row.key(), row);
                 }
                 Change::Delete(key) => {
-                    self.storage.remove(&key);
+                    self.storage.remove(&key.into());
                 }
             }
         }
+    }
+
+    fn count(&mut self, op: &'static str, code: &'static str) {
+        self.seen.insert(format!("{op}:{code}"));
+        *self.tally.entry((op, code)).or_default() += 1;
     }
 
     fn admin(&mut self) -> String {
@@ -594,7 +610,7 @@ impl Sim {
             0 => {
                 let n = self.rng.range(0, 10);
                 let got = self.gate.add_units(now, n);
-                assert_eq!(got, AdminOutcome::Done);
+                assert_eq!(got, Ok(()));
                 m.total += n;
                 format!("add_units({n})")
             }
@@ -602,10 +618,10 @@ impl Sim {
                 let t = committed.saturating_sub(3) + self.rng.range(0, 12);
                 let got = self.gate.set_total(now, t);
                 let want = if t < committed {
-                    AdminOutcome::BelowCommitted { committed }
+                    Err(AdminRefusal::BelowCommitted { committed })
                 } else {
                     m.total = t;
-                    AdminOutcome::Done
+                    Ok(())
                 };
                 assert_eq!(got, want, "set_total({t})");
                 format!("set_total({t}) -> {got:?}")
@@ -616,16 +632,12 @@ impl Sim {
                     1..=4 => Mode::Paused,
                     _ => Mode::Active,
                 };
-                let got = match mode {
-                    Mode::Closed => self.gate.close(now),
-                    Mode::Paused => self.gate.pause(now),
-                    Mode::Active => self.gate.resume(now),
-                };
+                let got = self.gate.set_mode(now, mode);
                 let want = if m.mode == Mode::Closed && mode != Mode::Closed {
-                    AdminOutcome::SaleClosed
+                    Err(AdminRefusal::SaleClosed)
                 } else {
                     m.mode = mode;
-                    AdminOutcome::Done
+                    Ok(())
                 };
                 assert_eq!(got, want, "set mode {mode:?}");
                 format!("mode {mode:?} -> {got:?}")
@@ -639,13 +651,13 @@ impl Sim {
                     }
                 }
                 let most = self.buyers.iter().map(|b| m.used(b)).max().unwrap_or(0);
-                let got = self.gate.configure(now, c.clone());
+                let got = self.gate.configure(now, &c);
                 let want = if c.per_buyer_max < most {
-                    AdminOutcome::BuyerAboveLimit { units: most }
+                    Err(AdminRefusal::BuyerAboveLimit { units: most })
                 } else {
                     m.config = c.clone();
                     m.settle(now);
-                    AdminOutcome::Done
+                    Ok(())
                 };
                 assert_eq!(got, want, "configure({c:?})");
                 format!("configure -> {got:?}")
@@ -697,6 +709,11 @@ impl Sim {
         assert_eq!(s.available + s.held + s.sold, s.stock_total, "I1 in stats");
         assert_eq!(s.phase, model_phase(m, self.now), "phase");
         assert_eq!(self.gate.poll_timeout(), m.next_deadline(), "poll_timeout");
+        for (op, code, n) in s.counters.iter() {
+            let want = self.tally.get(&(op, code)).copied().unwrap_or(0);
+            assert_eq!(n, want, "counter {op}:{code}");
+        }
+        assert_eq!(s.counters.holds_expired, m.expired, "counter holds_expired");
         // Storage, fed only by take_changes, is exactly the gate's rows.
         self.write_changes();
         let rows: Vec<&Row> = self.storage.values().collect();

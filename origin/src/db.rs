@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use flashgate::wire::{ItemResult, ItemStatus, Order};
+use flashgate_wire::{ItemResult, ItemStatus, Order};
 use serde::Serialize;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Executor, Row};
@@ -16,6 +16,15 @@ use sqlx::{AnyPool, Executor, Row};
 pub enum Backend {
     Sqlite,
     Postgres,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "Sqlite",
+            Backend::Postgres => "Postgres",
+        }
+    }
 }
 
 #[derive(Clone)]

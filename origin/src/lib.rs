@@ -7,4 +7,5 @@
 pub mod app;
 pub mod db;
 pub mod metrics;
+pub mod problem;
 pub mod reconcile;

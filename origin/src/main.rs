@@ -50,14 +50,6 @@ enum Command {
         /// A batch that takes longer is rolled back and answered with 503.
         #[arg(long, env = "FLASHGATE_BATCH_TIMEOUT_MS", default_value_t = 10_000)]
         batch_timeout_ms: u64,
-        /// Test only: commit this many batches, then answer each with a 500.
-        #[arg(
-            long,
-            env = "FLASHGATE_FAULT_AFTER_COMMIT",
-            default_value_t = 0,
-            hide = true
-        )]
-        fault_after_commit: u32,
     },
     /// Compare each product's gate stats with the origin's orders; exit 2 on drift.
     Reconcile {
@@ -105,7 +97,6 @@ async fn main() -> anyhow::Result<()> {
             db,
             hmac_secret,
             batch_timeout_ms,
-            fault_after_commit,
         } => {
             anyhow::ensure!(
                 !hmac_secret.is_empty(),
@@ -118,7 +109,6 @@ async fn main() -> anyhow::Result<()> {
                 Settings {
                     hmac_secret: hmac_secret.into_bytes(),
                     batch_timeout: Duration::from_millis(batch_timeout_ms),
-                    fault_after_commit,
                 },
             );
             let listener = tokio::net::TcpListener::bind(listen)

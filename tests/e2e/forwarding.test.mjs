@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { startGate, freePort } from "../support/runtime.mjs";
-import { startOrigin, reconcile, ORIGIN_SECRET } from "../support/origin.mjs";
+import { startOrigin, startAnswerLosingProxy, reconcile, ORIGIN_SECRET } from "../support/origin.mjs";
 import { ADMIN_TOKEN, client, pool, rng, sleep } from "../support/client.mjs";
 
 const SEED = Number(process.env.E2E_SEED ?? Date.now() % 1_000_000);
@@ -113,8 +113,9 @@ test("the origin down for 30 s: buying goes on, and every order arrives once", a
 });
 
 test("a batch committed but answered with an error is delivered again without duplicates", async () => {
-  const origin = await startOrigin({ faultAfterCommit: 3 });
-  const gate = await startGate({ originUrl: origin.url, originSecret: ORIGIN_SECRET });
+  const origin = await startOrigin();
+  const proxy = await startAnswerLosingProxy(origin.url, { lose: 3 });
+  const gate = await startGate({ originUrl: proxy.url, originSecret: ORIGIN_SECRET });
   try {
     const api = client(gate.url);
     await api.put("dup", { stock_total: 500, per_buyer_max: 2, quantity_max: 2 });
@@ -126,9 +127,11 @@ test("a batch committed but answered with an error is delivered again without du
     const metrics = await origin.metrics();
     const dups = Number(/flashgate_origin_orders_duplicate_total (\d+)/.exec(metrics)?.[1] ?? 0);
     assert.ok(dups > 0, `the origin saw redelivered orders: ${metrics}`);
+    assert.equal(proxy.lost(), 3, "three committed answers were lost");
     assert.equal((await origin.product("dup")).sold, s.sold);
   } finally {
     await gate.stop();
+    await proxy.stop();
     await origin.stop();
   }
 });

@@ -1,6 +1,7 @@
-// Starts the origin service binary (built by scripts/test; its path comes in
-// FLASHGATE_ORIGIN_BIN) on a given or free port, with SQLite in a data dir.
+// Starts the origin service binary (built by scripts/test) on a given or free
+// port, with SQLite in a data dir.
 import { spawn, execFileSync } from "node:child_process";
+import http from "node:http";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -8,13 +9,18 @@ import { freePort, ROOT } from "./runtime.mjs";
 
 export const ORIGIN_SECRET = "test-origin-secret";
 
+/**
+ * The origin binary: FLASHGATE_ORIGIN_BIN, or the one cargo built in the
+ * profile FLASHGATE_ORIGIN_PROFILE names (`debug` for the tests, which share
+ * the test build; `release` for the benchmarks).
+ */
 export function originBin() {
   if (process.env.FLASHGATE_ORIGIN_BIN) return process.env.FLASHGATE_ORIGIN_BIN;
   const meta = JSON.parse(execFileSync("cargo", ["metadata", "--format-version", "1", "--no-deps"], { cwd: ROOT }));
-  return join(meta.target_directory, "release", "flashgate-origin");
+  return join(meta.target_directory, process.env.FLASHGATE_ORIGIN_PROFILE ?? "debug", "flashgate-origin");
 }
 
-export async function startOrigin({ port, dataDir, faultAfterCommit = 0, databaseUrl } = {}) {
+export async function startOrigin({ port, dataDir, databaseUrl } = {}) {
   port ??= await freePort();
   dataDir ??= mkdtempSync(join(tmpdir(), "flashgate-origin-"));
   const env = {
@@ -22,7 +28,6 @@ export async function startOrigin({ port, dataDir, faultAfterCommit = 0, databas
     ORIGIN_HMAC_SECRET: ORIGIN_SECRET,
     FLASHGATE_DATA_DIR: dataDir,
     FLASHGATE_ORIGIN_LISTEN: `127.0.0.1:${port}`,
-    FLASHGATE_FAULT_AFTER_COMMIT: String(faultAfterCommit),
     RUST_LOG: process.env.RUST_LOG ?? "warn",
   };
   if (databaseUrl) env.DATABASE_URL = databaseUrl;
@@ -88,4 +93,53 @@ export function reconcile({ dataDir, gateUrl, adminToken, products = [] }) {
   }
   const lines = out.trim().split("\n").map((l) => JSON.parse(l));
   return { code, products: lines.slice(0, -1), summary: lines.at(-1) };
+}
+
+/**
+ * A proxy in front of the origin that loses the answers of the first
+ * `lose` batch deliveries after the origin committed them, answering 500
+ * instead, as a connection dropped after the commit would. Only tests add
+ * this fault; the origin binary has no fault switch.
+ */
+export async function startAnswerLosingProxy(originUrl, { lose }) {
+  const port = await freePort();
+  const target = new URL(originUrl);
+  let left = lose;
+  let lost = 0;
+  const server = http.createServer((req, res) => {
+    const chunks = [];
+    req.on("data", (c) => chunks.push(c));
+    req.on("end", () => {
+      const upstream = http.request(
+        { host: target.hostname, port: target.port, method: req.method, path: req.url, headers: req.headers },
+        (ures) => {
+          const body = [];
+          ures.on("data", (c) => body.push(c));
+          ures.on("end", () => {
+            const isBatch = req.method === "POST" && req.url === "/v1/reservations/batch";
+            if (isBatch && ures.statusCode === 200 && left > 0) {
+              left--;
+              lost++;
+              res.writeHead(500, { "content-type": "text/plain" });
+              res.end("answer lost after commit");
+              return;
+            }
+            res.writeHead(ures.statusCode, ures.headers);
+            res.end(Buffer.concat(body));
+          });
+        },
+      );
+      upstream.on("error", () => {
+        res.writeHead(502);
+        res.end();
+      });
+      upstream.end(Buffer.concat(chunks));
+    });
+  });
+  await new Promise((ok) => server.listen(port, "127.0.0.1", ok));
+  return {
+    url: `http://127.0.0.1:${port}`,
+    lost: () => lost,
+    stop: () => new Promise((ok) => server.close(ok)),
+  };
 }

@@ -1,15 +1,35 @@
-//! The Durable Object's SQLite schema and the mapping between it and the
-//! core's rows (`flashgate_core::Row`). ARCHITECTURE.md documents the rows.
+//! The Durable Object's SQLite schema, and the mapping between its tables
+//! and the core's rows (`flashgate_core::Row`). ARCHITECTURE.md documents the
+//! tables.
 //!
-//! Every call here is synchronous (`SqlStorage::exec`), so a decision and
-//! its writes happen in one turn of the event loop with nothing awaited in
-//! between: they commit together, and the response waits for the commit.
+//! Pure: it speaks to any `SqlDb`, which the Worker implements over the
+//! object's `SqlStorage` (`wasm/sqlite.rs`) and the tests implement over
+//! rusqlite, so the statements are run against real SQLite natively. Every
+//! call of `SqlStorage` is synchronous, so a decision and its writes happen
+//! in one turn of the event loop with nothing awaited in between.
 
 use flashgate_core::{
-    Change, Config, Gate, HoldState, MetaRow, Mode, OutboxEntry, ReservationRow, Row, RowKey,
+    Change, Config, HoldState, ItemKey, MetaRow, Mode, OutboxEntry, ReservationRow, Row,
 };
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
-use worker::{SqlStorage, SqlStorageValue};
+
+use crate::object::{Storage, StorageError, Stored};
+
+/// A value bound to a statement's `?` placeholder.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SqlValue {
+    Int(i64),
+    Text(String),
+    Null,
+}
+
+/// A database the object can run statements on.
+pub trait SqlDb {
+    fn exec(&mut self, sql: &str, params: &[SqlValue]) -> Result<(), StorageError>;
+    /// Every row of a query, each as `T` (columns by name).
+    fn query<T: DeserializeOwned>(&mut self, sql: &str) -> Result<Vec<T>, StorageError>;
+}
 
 const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS product (
@@ -53,40 +73,40 @@ const SCHEMA: &[&str] = &[
 
 /// Values are far below 2^53 (see `flashgate_core::limits`), so they are
 /// exact as SQLite integers and as JavaScript numbers.
-fn int(v: u64) -> SqlStorageValue {
-    SqlStorageValue::from(v as i64)
+fn int(v: u64) -> SqlValue {
+    SqlValue::Int(v as i64)
 }
 
-fn opt_int(v: Option<u64>) -> SqlStorageValue {
-    v.map_or(SqlStorageValue::Null, int)
+fn opt_int(v: Option<u64>) -> SqlValue {
+    v.map_or(SqlValue::Null, int)
 }
 
-fn text(s: &str) -> SqlStorageValue {
-    SqlStorageValue::from(s)
+fn text(s: &str) -> SqlValue {
+    SqlValue::Text(s.to_string())
 }
 
-/// Creates the tables. Only a product being created calls this, so that a
-/// request for an unknown product writes nothing.
-pub fn create(sql: &SqlStorage, product_id: &str) -> worker::Result<()> {
+/// Creates the tables and records the product id. Only a product being
+/// created calls this, so that a request for an unknown product writes
+/// nothing.
+pub fn create(db: &mut impl SqlDb, product_id: &str) -> Result<(), StorageError> {
     for stmt in SCHEMA {
-        sql.exec(stmt, None)?;
+        db.exec(stmt, &[])?;
     }
-    sql.exec(
+    db.exec(
         "INSERT OR REPLACE INTO product (id, product_id) VALUES (1, ?)",
-        vec![text(product_id)],
-    )?;
-    Ok(())
+        &[text(product_id)],
+    )
 }
 
-/// Writes one call's changes.
-pub fn write(sql: &SqlStorage, changes: &[Change]) -> worker::Result<()> {
+/// Writes one decision's changes.
+pub fn write(db: &mut impl SqlDb, changes: &[Change]) -> Result<(), StorageError> {
     for change in changes {
         match change {
-            Change::Put(Row::Meta(m)) => sql.exec(
+            Change::Put(Row::Meta(m)) => db.exec(
                 "INSERT OR REPLACE INTO meta (id, stock_total, mode, next_reservation_id,
                     outbox_acked_seq, outbox_attempts, outbox_retry_at_ms)
                  VALUES (1, ?, ?, ?, ?, ?, ?)",
-                vec![
+                &[
                     int(m.stock_total),
                     text(m.mode.as_str()),
                     int(m.next_reservation_id),
@@ -95,41 +115,54 @@ pub fn write(sql: &SqlStorage, changes: &[Change]) -> worker::Result<()> {
                     int(m.outbox_retry_at_ms),
                 ],
             )?,
-            Change::Put(Row::Config(c)) => sql.exec(
-                "INSERT OR REPLACE INTO config (id, per_buyer_max, quantity_max, hold_ttl_ms,
-                    idem_window_ms, opens_at_ms, closes_at_ms, reservations_max)
-                 VALUES (1, ?, ?, ?, ?, ?, ?, ?)",
-                vec![
-                    int(u64::from(c.per_buyer_max)),
-                    int(u64::from(c.quantity_max)),
-                    int(c.hold_ttl_ms),
-                    int(c.idem_window_ms),
-                    opt_int(c.opens_at_ms),
-                    opt_int(c.closes_at_ms),
-                    int(u64::from(c.reservations_max)),
-                ],
-            )?,
-            Change::Put(Row::Reservation(r)) => sql.exec(
+            Change::Put(Row::Config(c)) => {
+                // Destructured in full: a new config field fails to compile
+                // here until it has a column.
+                let Config {
+                    per_buyer_max,
+                    quantity_max,
+                    hold_ttl_ms,
+                    idem_window_ms,
+                    opens_at_ms,
+                    closes_at_ms,
+                    reservations_max,
+                } = *c;
+                db.exec(
+                    "INSERT OR REPLACE INTO config (id, per_buyer_max, quantity_max, hold_ttl_ms,
+                        idem_window_ms, opens_at_ms, closes_at_ms, reservations_max)
+                     VALUES (1, ?, ?, ?, ?, ?, ?, ?)",
+                    &[
+                        int(u64::from(per_buyer_max)),
+                        int(u64::from(quantity_max)),
+                        int(hold_ttl_ms),
+                        int(idem_window_ms),
+                        opt_int(opens_at_ms),
+                        opt_int(closes_at_ms),
+                        int(u64::from(reservations_max)),
+                    ],
+                )?
+            }
+            Change::Put(Row::Reservation(r)) => db.exec(
                 "INSERT OR REPLACE INTO reservations (id, buyer, idem_key, quantity, state,
                     expires_at_ms, payment_ref, confirmed_at_ms, outbox_seq)
                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                vec![
+                &[
                     int(r.id),
                     text(&r.buyer),
                     text(&r.idem_key),
                     int(u64::from(r.quantity)),
                     text(r.state.as_str()),
                     int(r.expires_at_ms),
-                    r.payment_ref.as_deref().map_or(SqlStorageValue::Null, text),
+                    r.payment_ref.as_deref().map_or(SqlValue::Null, text),
                     opt_int(r.confirmed_at_ms),
                     opt_int(r.outbox_seq),
                 ],
             )?,
-            Change::Put(Row::Outbox(e)) => sql.exec(
+            Change::Put(Row::Outbox(e)) => db.exec(
                 "INSERT OR REPLACE INTO outbox (seq, reservation_id, buyer, quantity,
                     payment_ref, confirmed_at_ms)
                  VALUES (?, ?, ?, ?, ?, ?)",
-                vec![
+                &[
                     int(e.seq),
                     int(e.reservation_id),
                     text(&e.buyer),
@@ -138,18 +171,20 @@ pub fn write(sql: &SqlStorage, changes: &[Change]) -> worker::Result<()> {
                     int(e.confirmed_at_ms),
                 ],
             )?,
-            Change::Delete(RowKey::Reservation(id)) => {
-                sql.exec("DELETE FROM reservations WHERE id = ?", vec![int(*id)])?
+            Change::Delete(ItemKey::Reservation(id)) => {
+                db.exec("DELETE FROM reservations WHERE id = ?", &[int(*id)])?
             }
-            Change::Delete(RowKey::Outbox(seq)) => {
-                sql.exec("DELETE FROM outbox WHERE seq = ?", vec![int(*seq)])?
-            }
-            Change::Delete(RowKey::Meta | RowKey::Config) => {
-                unreachable!("the meta and config rows are never deleted")
+            Change::Delete(ItemKey::Outbox(seq)) => {
+                db.exec("DELETE FROM outbox WHERE seq = ?", &[int(*seq)])?
             }
         };
     }
     Ok(())
+}
+
+#[derive(Deserialize)]
+struct CountSql {
+    n: u64,
 }
 
 #[derive(Deserialize)]
@@ -165,17 +200,6 @@ struct MetaSql {
     outbox_acked_seq: u64,
     outbox_attempts: u32,
     outbox_retry_at_ms: u64,
-}
-
-#[derive(Deserialize)]
-struct ConfigSql {
-    per_buyer_max: u32,
-    quantity_max: u32,
-    hold_ttl_ms: u64,
-    idem_window_ms: u64,
-    opens_at_ms: Option<u64>,
-    closes_at_ms: Option<u64>,
-    reservations_max: u32,
 }
 
 #[derive(Deserialize)]
@@ -201,36 +225,25 @@ struct OutboxSql {
     confirmed_at_ms: u64,
 }
 
-/// A product loaded from storage.
-pub struct Loaded {
-    pub product_id: String,
-    pub gate: Gate,
+fn corrupt(what: &str) -> StorageError {
+    StorageError(format!("stored gate is corrupt: bad {what}"))
 }
 
-fn corrupt(what: impl std::fmt::Display) -> worker::Error {
-    worker::Error::RustError(format!("stored gate is corrupt: {what}"))
-}
-
-/// Loads the product, or `None` if this object never held one.
-pub fn load(sql: &SqlStorage) -> worker::Result<Option<Loaded>> {
-    let exists: Vec<serde_json::Value> = sql
-        .exec(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'product'",
-            None,
-        )?
-        .to_array()?;
-    if exists.is_empty() {
+/// Reads the product and its rows, or `None` if this object never held a
+/// product.
+pub fn load(db: &mut impl SqlDb) -> Result<Option<Stored>, StorageError> {
+    let tables: Vec<CountSql> = db.query(
+        "SELECT count(*) AS n FROM sqlite_master WHERE type = 'table' AND name = 'product'",
+    )?;
+    if tables.iter().all(|t| t.n == 0) {
         return Ok(None);
     }
-    let products: Vec<ProductSql> = sql
-        .exec("SELECT product_id FROM product", None)?
-        .to_array()?;
+    let products: Vec<ProductSql> = db.query("SELECT product_id FROM product")?;
     let Some(product) = products.into_iter().next() else {
         return Ok(None);
     };
     let mut rows = Vec::new();
-    let metas: Vec<MetaSql> = sql.exec("SELECT * FROM meta", None)?.to_array()?;
-    for m in metas {
+    for m in db.query::<MetaSql>("SELECT * FROM meta")? {
         rows.push(Row::Meta(MetaRow {
             stock_total: m.stock_total,
             mode: Mode::parse(&m.mode).ok_or_else(|| corrupt("mode"))?,
@@ -240,21 +253,11 @@ pub fn load(sql: &SqlStorage) -> worker::Result<Option<Loaded>> {
             outbox_retry_at_ms: m.outbox_retry_at_ms,
         }));
     }
-    let configs: Vec<ConfigSql> = sql.exec("SELECT * FROM config", None)?.to_array()?;
-    for c in configs {
-        rows.push(Row::Config(Config {
-            per_buyer_max: c.per_buyer_max,
-            quantity_max: c.quantity_max,
-            hold_ttl_ms: c.hold_ttl_ms,
-            idem_window_ms: c.idem_window_ms,
-            opens_at_ms: c.opens_at_ms,
-            closes_at_ms: c.closes_at_ms,
-            reservations_max: c.reservations_max,
-        }));
+    // The config columns are the fields of `Config`, so it reads directly.
+    for c in db.query::<Config>("SELECT * FROM config")? {
+        rows.push(Row::Config(c));
     }
-    let reservations: Vec<ReservationSql> =
-        sql.exec("SELECT * FROM reservations", None)?.to_array()?;
-    for r in reservations {
+    for r in db.query::<ReservationSql>("SELECT * FROM reservations")? {
         rows.push(Row::Reservation(ReservationRow {
             id: r.id,
             buyer: r.buyer,
@@ -267,8 +270,7 @@ pub fn load(sql: &SqlStorage) -> worker::Result<Option<Loaded>> {
             outbox_seq: r.outbox_seq,
         }));
     }
-    let outbox: Vec<OutboxSql> = sql.exec("SELECT * FROM outbox", None)?.to_array()?;
-    for e in outbox {
+    for e in db.query::<OutboxSql>("SELECT * FROM outbox")? {
         rows.push(Row::Outbox(OutboxEntry {
             seq: e.seq,
             reservation_id: e.reservation_id,
@@ -278,9 +280,24 @@ pub fn load(sql: &SqlStorage) -> worker::Result<Option<Loaded>> {
             confirmed_at_ms: e.confirmed_at_ms,
         }));
     }
-    let gate = Gate::restore(rows).map_err(|e| corrupt(format!("{e:?}")))?;
-    Ok(Some(Loaded {
+    Ok(Some(Stored {
         product_id: product.product_id,
-        gate,
+        rows,
     }))
+}
+
+/// The object's storage over a SQL database.
+pub struct SqlStore<D>(pub D);
+
+impl<D: SqlDb> Storage for SqlStore<D> {
+    fn load(&mut self) -> Result<Option<Stored>, StorageError> {
+        load(&mut self.0)
+    }
+
+    fn write(&mut self, create: Option<&str>, changes: &[Change]) -> Result<(), StorageError> {
+        if let Some(id) = create {
+            self::create(&mut self.0, id)?;
+        }
+        write(&mut self.0, changes)
+    }
 }

@@ -1,49 +1,21 @@
 //! The Worker's fetch handler: the edge in front of every product.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 
 use futures_util::StreamExt;
 use worker::{event, Context, Env, Headers, Method, Request, RequestInit, Response};
 
-use crate::api::{self, Incoming, Route, BODY_BYTES_MAX};
-use crate::http;
+use crate::api::{self, ApiRoute, Command, Incoming, Route, BODY_BYTES_MAX};
 use crate::problem::Problem;
+use crate::read_cache::{CachedRead, ReadCache};
+use crate::wasm::http;
 
-const PAGE: &str = include_str!("../web/index.html");
-
-/// Product reads are answered from this isolate's memory for up to this
-/// long. Every buyer page polls its product; without this, a crowd watching
-/// a sold-out product would send every poll to the one Durable Object, whose
-/// soft limit is about 1,000 requests/s. A read decides nothing, so a second
-/// of staleness cannot oversell or break idempotency: every reserve still
-/// goes to the object.
-const PRODUCT_CACHE_TTL_MS: u64 = 1_000;
-/// The cache is cleared whole when it reaches this many products, which
-/// bounds its memory against requests for many random ids.
-const PRODUCT_CACHE_ENTRIES_MAX: usize = 1_024;
-
-struct CachedRead {
-    fetched_at_ms: u64,
-    status: u16,
-    content_type: String,
-    body: Vec<u8>,
-}
+const PAGE: &str = include_str!("../../web/index.html");
 
 thread_local! {
     // An isolate is single-threaded: requests interleave only at awaits,
     // and no borrow of this cell spans one.
-    static PRODUCT_CACHE: RefCell<HashMap<String, CachedRead>> = RefCell::new(HashMap::new());
-}
-
-fn cached_read(product_id: &str, now_ms: u64) -> Option<worker::Result<Response>> {
-    PRODUCT_CACHE.with_borrow(|cache| {
-        let hit = cache.get(product_id)?;
-        if now_ms.saturating_sub(hit.fetched_at_ms) >= PRODUCT_CACHE_TTL_MS {
-            return None;
-        }
-        Some(read_response(hit))
-    })
+    static PRODUCT_CACHE: RefCell<ReadCache> = RefCell::new(ReadCache::default());
 }
 
 fn read_response(read: &CachedRead) -> worker::Result<Response> {
@@ -103,18 +75,22 @@ async fn read_body(req: &mut Request) -> worker::Result<Result<Vec<u8>, Problem>
     Ok(Ok(body))
 }
 
+fn static_response(body: &'static str, content_type: &str) -> worker::Result<Response> {
+    let headers = Headers::new();
+    headers.set("content-type", content_type)?;
+    headers.set("cache-control", "no-cache")?;
+    Ok(Response::from_bytes(body.as_bytes().to_vec())?.with_headers(headers))
+}
+
 async fn handle(mut req: Request, env: &Env) -> worker::Result<Response> {
     let method = req.method().to_string();
     let path = req.path();
     let route = match api::route(&method, &path) {
-        Ok(r) => r,
+        Ok(Route::Api(route)) => route,
+        Ok(Route::Page) => return static_response(PAGE, "text/html; charset=utf-8"),
+        Ok(Route::OpenApi) => return static_response(crate::OPENAPI_JSON, "application/json"),
         Err(p) => return http::problem(p),
     };
-    if route == Route::Page {
-        let mut resp = Response::from_html(PAGE)?;
-        resp.headers_mut().set("cache-control", "no-cache")?;
-        return Ok(resp);
-    }
     let body = match read_body(&mut req).await? {
         Ok(b) => b,
         Err(p) => return http::problem(p),
@@ -133,39 +109,28 @@ async fn handle(mut req: Request, env: &Env) -> worker::Result<Response> {
         String::new()
     };
     let incoming = Incoming {
-        method: &method,
-        path: &path,
         content_type: content_type.as_deref(),
         buyer: buyer.as_deref(),
         idempotency_key: idempotency_key.as_deref(),
         authorization: authorization.as_deref(),
         body: &body,
     };
-    let product_id = route.product_id().unwrap_or_default().to_string();
+    let is_read = matches!(route, ApiRoute::GetProduct(_));
+    let product_id = route.product_id().to_string();
     let cmd = match api::parse(&incoming, route, &admin_token) {
         Ok(c) => c,
         Err(p) => return http::problem(p),
     };
 
-    let is_read = matches!(cmd, crate::api::Command::GetProduct { .. });
     let now_ms = worker::Date::now().as_millis();
     if is_read {
-        if let Some(hit) = cached_read(&product_id, now_ms) {
+        let hit = PRODUCT_CACHE.with_borrow(|c| c.get(&product_id, now_ms).map(read_response));
+        if let Some(hit) = hit {
             return hit;
         }
     }
-
-    // One object per product: it serialises every decision about its stock.
-    let stub = env
-        .durable_object("PRODUCT_GATE")?
-        .id_from_name(&product_id)?
-        .get_stub()?;
-    let mut init = RequestInit::new();
-    init.with_method(Method::Post)
-        .with_body(Some(serde_json::to_string(&cmd)?.into()));
-    let internal = Request::new_with_init("https://product-gate/command", &init)?;
-    let mut resp = stub.fetch_with_request(internal).await?;
-    if !is_read || !matches!(resp.status_code(), 200 | 404) {
+    let mut resp = forward(env, &product_id, &cmd).await?;
+    if !is_read || !ReadCache::cacheable(resp.status_code()) {
         return Ok(resp);
     }
     let read = CachedRead {
@@ -178,11 +143,20 @@ async fn handle(mut req: Request, env: &Env) -> worker::Result<Response> {
         body: resp.bytes().await?,
     };
     let out = read_response(&read);
-    PRODUCT_CACHE.with_borrow_mut(|cache| {
-        if cache.len() >= PRODUCT_CACHE_ENTRIES_MAX {
-            cache.clear();
-        }
-        cache.insert(product_id, read);
-    });
+    PRODUCT_CACHE.with_borrow_mut(|c| c.insert(&product_id, read));
     out
+}
+
+/// Sends a command to its product's object: one object per product, which
+/// serialises every decision about its stock.
+async fn forward(env: &Env, product_id: &str, cmd: &Command) -> worker::Result<Response> {
+    let stub = env
+        .durable_object("PRODUCT_GATE")?
+        .id_from_name(product_id)?
+        .get_stub()?;
+    let mut init = RequestInit::new();
+    init.with_method(Method::Post)
+        .with_body(Some(serde_json::to_string(cmd)?.into()));
+    let internal = Request::new_with_init("https://product-gate/command", &init)?;
+    stub.fetch_with_request(internal).await
 }

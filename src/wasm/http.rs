@@ -3,28 +3,22 @@
 use worker::{Headers, Response};
 
 use crate::problem::Problem;
-use crate::service::Reply;
+use crate::reply::Reply;
 
 pub fn respond(reply: Reply) -> worker::Result<Response> {
     let headers = Headers::new();
-    let content_type = if reply.problem {
-        "application/problem+json"
-    } else {
-        "application/json"
-    };
-    headers.set("content-type", content_type)?;
+    headers.set("content-type", reply.content_type())?;
     headers.set("cache-control", "no-store")?;
     if let Some(s) = reply.retry_after_s {
         headers.set("retry-after", &s.to_string())?;
     }
-    if let Some(allow) = reply.allow {
+    if let Some(allow) = &reply.allow {
         headers.set("allow", allow)?;
     }
     if reply.replayed {
         headers.set("idempotent-replayed", "true")?;
     }
-    let body = serde_json::to_vec(&reply.body)?;
-    Ok(Response::from_bytes(body)?
+    Ok(Response::from_bytes(reply.body_bytes())?
         .with_status(reply.status)
         .with_headers(headers))
 }

@@ -1,65 +1,14 @@
-//! The contract between the gate and the origin: the batch of confirmed
-//! reservations the gate forwards, the origin's answer, and the HMAC-SHA256
-//! signature over both the timestamp and the body. Both sides use this
-//! module, so they cannot drift apart.
+//! The HMAC-SHA256 signature the gate puts on every request to the origin,
+//! over the timestamp and the body, and its verification.
 
 use hmac::{Hmac, Mac};
-use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
-/// The most orders one batch may carry.
-pub const BATCH_SIZE_MAX: usize = flashgate_core::limits::OUTBOX_BATCH_SIZE_MAX;
 /// A signature older or newer than this is refused, so a captured request
 /// cannot be replayed later.
 pub const SIGNATURE_SKEW_MS_MAX: u64 = 5 * 60 * 1000;
 pub const TIMESTAMP_HEADER: &str = "x-flashgate-timestamp";
 pub const SIGNATURE_HEADER: &str = "x-flashgate-signature";
-
-/// One confirmed reservation on its way to the origin.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Order {
-    /// Globally unique: `{product_id}:{reservation id in the product}`.
-    pub reservation_id: String,
-    pub product_id: String,
-    pub buyer_id: String,
-    pub quantity: u32,
-    pub payment_ref: String,
-    pub confirmed_at_ms: u64,
-    /// The gate's stock total when the batch was sent. The origin uses it
-    /// only to register a product it has not seen; its own total rules.
-    pub stock_total: u64,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Batch {
-    pub orders: Vec<Order>,
-}
-
-/// What became of one order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ItemStatus {
-    /// Stored now, and the product's `sold` went up.
-    Inserted,
-    /// Stored by an earlier delivery; nothing changed.
-    Exists,
-    /// Stored, but it would have oversold the product. This should never
-    /// happen; the origin alerts on it.
-    RejectedOversell,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ItemResult {
-    pub reservation_id: String,
-    pub status: ItemStatus,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BatchResult {
-    pub results: Vec<ItemResult>,
-}
 
 /// Why a signature was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,19 +21,23 @@ pub enum SignatureError {
 }
 
 impl SignatureError {
-    pub fn describe(self) -> &'static str {
+    pub fn describe(self) -> String {
         match self {
-            SignatureError::Missing => "the timestamp or signature header is missing",
-            SignatureError::BadTimestamp => "the timestamp is not epoch milliseconds",
-            SignatureError::Stale => "the timestamp is more than 5 minutes from the origin's clock",
-            SignatureError::Malformed => "the signature is not v1=<64 hex digits>",
-            SignatureError::Mismatch => "the signature does not match the body",
+            SignatureError::Missing => "the timestamp or signature header is missing".into(),
+            SignatureError::BadTimestamp => "the timestamp is not epoch milliseconds".into(),
+            SignatureError::Stale => format!(
+                "the timestamp is more than {} s from the receiver's clock",
+                SIGNATURE_SKEW_MS_MAX / 1000
+            ),
+            SignatureError::Malformed => "the signature is not v1=<64 hex digits>".into(),
+            SignatureError::Mismatch => "the signature does not match the body".into(),
         }
     }
 }
 
 fn mac(secret: &[u8], timestamp_ms: u64, body: &[u8]) -> Hmac<Sha256> {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes keys of any length");
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret)
+        .expect("HMAC is defined for keys of every length");
     mac.update(timestamp_ms.to_string().as_bytes());
     mac.update(b".");
     mac.update(body);

@@ -1,0 +1,103 @@
+//! The full audit of a gate: every invariant checked against the whole
+//! state. O(n), for tests, the simulator and debugging; never a request path.
+
+use std::collections::BTreeSet;
+
+use hashbrown::HashMap;
+
+use crate::gate::Gate;
+use crate::store::HoldState;
+
+impl Gate {
+    /// Checks every invariant against the full state. O(n): for tests, the
+    /// simulator and debugging, never a request path.
+    pub fn audit(&self) -> Result<(), String> {
+        if self.available + self.held + self.sold != self.stock_total {
+            return Err(format!(
+                "I1: available {} + held {} + sold {} != total {}",
+                self.available, self.held, self.sold, self.stock_total
+            ));
+        }
+        self.store.audit()?;
+        self.buyers.audit()?;
+        let (mut held, mut sold, mut live, mut tomb) = (0u64, 0u64, 0u32, 0u32);
+        let mut expiry = BTreeSet::new();
+        let mut purge = BTreeSet::new();
+        let mut usage: HashMap<u32, (u32, u32)> = HashMap::new();
+        for (id, r) in self.store.iter() {
+            if id >= self.next_id {
+                return Err(format!(
+                    "reservation {id} at or above next id {}",
+                    self.next_id
+                ));
+            }
+            if self.store.paid(id).is_some() != (r.state == HoldState::Confirmed) {
+                return Err(format!("reservation {id}: payment disagrees with state"));
+            }
+            let q = u64::from(r.quantity);
+            match r.state {
+                HoldState::Held => {
+                    held += q;
+                    live += 1;
+                    expiry.insert((r.expires_at_ms, id));
+                }
+                HoldState::Confirmed => sold += q,
+                HoldState::Cancelled | HoldState::Expired => {
+                    tomb += 1;
+                    purge.insert((r.expires_at_ms + self.config.idem_window_ms, id));
+                }
+            }
+            let (units, refs) = usage.entry(r.buyer).or_default();
+            *refs += 1;
+            if matches!(r.state, HoldState::Held | HoldState::Confirmed) {
+                *units += r.quantity;
+            }
+        }
+        if (held, sold) != (self.held, self.sold) {
+            return Err(format!(
+                "held/sold counters {}/{} but records sum to {held}/{sold}",
+                self.held, self.sold
+            ));
+        }
+        if (live, tomb) != (self.live_holds, self.tombstones) {
+            return Err("live hold or tombstone count disagrees with records".into());
+        }
+        if expiry != self.expiry {
+            return Err("the expiry index does not match the live holds".into());
+        }
+        if purge != self.purge {
+            return Err("the purge index does not match the tombstones".into());
+        }
+        let slots: Vec<_> = self.buyers.iter().collect();
+        if slots.len() != usage.len()
+            || slots
+                .iter()
+                .any(|&(slot, _, units, refs)| usage.get(&slot) != Some(&(units, refs)))
+        {
+            return Err("per-buyer units or references disagree with records".into());
+        }
+        if let Some((_, b, u, _)) = slots.iter().find(|s| s.2 > self.config.per_buyer_max) {
+            return Err(format!(
+                "buyer {b} has {u} units, above per_buyer_max {}",
+                self.config.per_buyer_max
+            ));
+        }
+        // Every confirmation not yet acked is in the outbox, and only those.
+        let mut pending = 0;
+        for (id, r) in self.store.iter() {
+            if let Some(p) = self.store.paid(id) {
+                if p.outbox_seq > self.outbox.acked_seq {
+                    pending += 1;
+                    match self.outbox.get(p.outbox_seq) {
+                        Some(e) if e.reservation_id == id && e.quantity == r.quantity => {}
+                        _ => return Err(format!("confirmation {id} is missing from the outbox")),
+                    }
+                }
+            }
+        }
+        if pending != self.outbox.backlog() {
+            return Err("the outbox holds entries with no confirmation".into());
+        }
+        Ok(())
+    }
+}

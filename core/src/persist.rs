@@ -1,0 +1,234 @@
+//! The gate as rows: the changes since the last write, every row, and the
+//! rebuild of a gate from its rows (the persistence contract of `rows.rs`).
+
+use crate::config::limits;
+use crate::gate::{field_ok, Gate};
+use crate::outbox::Outbox;
+use crate::outcome::ReservationId;
+use crate::rows::{Change, ItemKey, MetaRow, ReservationRow, RestoreError, Row, RowKey};
+use crate::store::{HoldState, Paid, Reservation};
+
+impl Gate {
+    /// The rows to write for everything that changed since the last call, in
+    /// key order, each once. Deleted rows come as `Change::Delete`.
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        let mut keys = std::mem::take(&mut self.dirty.keys);
+        if keys.len() > 1 {
+            keys.sort_unstable();
+            keys.dedup();
+        }
+        let mut out = Vec::with_capacity(keys.len() + 2);
+        if std::mem::take(&mut self.dirty.meta) {
+            out.push(Change::Put(Row::Meta(self.meta_row())));
+        }
+        if std::mem::take(&mut self.dirty.config) {
+            out.push(Change::Put(Row::Config(self.config.clone())));
+        }
+        for key in keys {
+            let row = match key {
+                ItemKey::Reservation(id) => self.store.get(id).map(|_| self.reservation_row(id)),
+                ItemKey::Outbox(seq) => self.outbox.get(seq).cloned().map(Row::Outbox),
+            };
+            out.push(match row {
+                Some(row) => Change::Put(row),
+                None => Change::Delete(key),
+            });
+        }
+        out
+    }
+
+    /// True when changes are waiting to be taken.
+    pub fn has_changes(&self) -> bool {
+        self.dirty.meta || self.dirty.config || !self.dirty.keys.is_empty()
+    }
+
+    fn reservation_row(&self, id: ReservationId) -> Row {
+        let r = self.store.get(id).expect("rendered record exists");
+        let paid = self.store.paid(id);
+        Row::Reservation(ReservationRow {
+            id,
+            buyer: self.buyers.id(r.buyer).to_string(),
+            idem_key: r.idem_key.to_string(),
+            quantity: r.quantity,
+            state: r.state,
+            expires_at_ms: r.expires_at_ms,
+            payment_ref: paid.map(|p| p.payment_ref.to_string()),
+            confirmed_at_ms: paid.map(|p| p.confirmed_at_ms),
+            outbox_seq: paid.map(|p| p.outbox_seq),
+        })
+    }
+
+    fn meta_row(&self) -> MetaRow {
+        MetaRow {
+            stock_total: self.stock_total,
+            mode: self.mode,
+            next_reservation_id: self.next_id,
+            outbox_acked_seq: self.outbox.acked_seq,
+            outbox_attempts: self.outbox.attempts,
+            outbox_retry_at_ms: self.outbox.retry_at_ms,
+        }
+    }
+
+    /// Every row of the gate, in key order: what storage holds once every
+    /// change has been written.
+    pub fn rows(&self) -> Vec<Row> {
+        let mut rows = vec![Row::Meta(self.meta_row()), Row::Config(self.config.clone())];
+        rows.extend(self.store.iter().map(|(id, _)| self.reservation_row(id)));
+        rows.extend(self.outbox.iter().cloned().map(Row::Outbox));
+        rows
+    }
+
+    /// Rebuilds a gate from its rows, checking that they are consistent.
+    pub fn restore(rows: impl IntoIterator<Item = Row>) -> Result<Gate, RestoreError> {
+        let mut meta = None;
+        let mut config = None;
+        let mut reservations = Vec::new();
+        let mut outbox = Vec::new();
+        for row in rows {
+            match row {
+                Row::Meta(m) => {
+                    if meta.replace(m).is_some() {
+                        return Err(RestoreError::DuplicateKey(RowKey::Meta));
+                    }
+                }
+                Row::Config(c) => {
+                    if config.replace(c).is_some() {
+                        return Err(RestoreError::DuplicateKey(RowKey::Config));
+                    }
+                }
+                Row::Reservation(r) => reservations.push(r),
+                Row::Outbox(e) => outbox.push(e),
+            }
+        }
+        let meta = meta.ok_or(RestoreError::MissingMeta)?;
+        let config = config.ok_or(RestoreError::MissingConfig)?;
+        config.validate().map_err(RestoreError::InvalidConfig)?;
+        let window = config.idem_window_ms;
+        let mut gate = Gate::empty(
+            config,
+            meta.mode,
+            meta.stock_total,
+            meta.next_reservation_id,
+            Outbox::restored(
+                meta.outbox_acked_seq,
+                meta.outbox_attempts,
+                meta.outbox_retry_at_ms,
+            ),
+        );
+        reservations.sort_unstable_by_key(|r| r.id);
+        let mut last_id = None;
+        for row in reservations {
+            let id = row.id;
+            let bad = |why| Err(RestoreError::BadReservation(id, why));
+            if last_id == Some(id) {
+                return Err(RestoreError::DuplicateKey(RowKey::Reservation(id)));
+            }
+            last_id = Some(id);
+            if id >= meta.next_reservation_id {
+                return bad("id at or above next_reservation_id");
+            }
+            if row.quantity == 0 {
+                return bad("zero quantity");
+            }
+            if !field_ok(&row.buyer, limits::BUYER_ID_BYTES_MAX)
+                || !field_ok(&row.idem_key, limits::IDEM_KEY_BYTES_MAX)
+            {
+                return bad("buyer or key out of bounds");
+            }
+            let known = gate.buyers.find(&row.buyer);
+            if known.is_some_and(|slot| gate.store.find_idem(slot, &row.idem_key).is_some()) {
+                return bad("idempotency key used twice");
+            }
+            let confirmed = row.state == HoldState::Confirmed;
+            let paid = match (row.payment_ref, row.confirmed_at_ms, row.outbox_seq) {
+                (Some(payment_ref), Some(confirmed_at_ms), Some(outbox_seq)) if confirmed => {
+                    Some(Paid {
+                        payment_ref: payment_ref.into(),
+                        confirmed_at_ms,
+                        outbox_seq,
+                    })
+                }
+                (None, None, None) if !confirmed => None,
+                _ => return bad("payment fields disagree with state"),
+            };
+            let quantity = u64::from(row.quantity);
+            let buyer = gate.buyers.acquire(&row.buyer, Some(known));
+            if matches!(row.state, HoldState::Held | HoldState::Confirmed) {
+                gate.buyers.add_units(buyer, row.quantity);
+            }
+            match row.state {
+                HoldState::Held => {
+                    gate.expiry.insert((row.expires_at_ms, id));
+                    gate.held += quantity;
+                    gate.live_holds += 1;
+                }
+                HoldState::Confirmed => gate.sold += quantity,
+                HoldState::Cancelled | HoldState::Expired => {
+                    gate.purge
+                        .insert((row.expires_at_ms.saturating_add(window), id));
+                    gate.tombstones += 1;
+                }
+            }
+            gate.store.insert(
+                id,
+                Reservation {
+                    buyer,
+                    idem_key: row.idem_key.into(),
+                    expires_at_ms: row.expires_at_ms,
+                    quantity: row.quantity,
+                    state: row.state,
+                },
+                paid,
+            );
+        }
+        let committed = gate.held + gate.sold;
+        if committed > gate.stock_total || gate.stock_total > limits::STOCK_UNITS_MAX {
+            return Err(RestoreError::Oversold {
+                committed,
+                stock_total: gate.stock_total,
+            });
+        }
+        gate.available = gate.stock_total - committed;
+        outbox.sort_unstable_by_key(|e| e.seq);
+        for entry in outbox {
+            let expected = gate.outbox.next_seq();
+            if entry.seq != expected {
+                return Err(RestoreError::OutboxGap {
+                    expected,
+                    found: entry.seq,
+                });
+            }
+            let matches = gate
+                .store
+                .paid(entry.reservation_id)
+                .is_some_and(|p| p.outbox_seq == entry.seq);
+            if !matches {
+                return Err(RestoreError::BadReservation(
+                    entry.reservation_id,
+                    "outbox entry without its confirmed reservation",
+                ));
+            }
+            gate.outbox.push(entry);
+        }
+        // And the other way: every confirmation not yet acked has its entry,
+        // so no stored sale can miss the origin.
+        for (id, _) in gate.store.iter() {
+            let Some(paid) = gate.store.paid(id) else {
+                continue;
+            };
+            let waiting = paid.outbox_seq > gate.outbox.acked_seq;
+            let entry_ok = gate
+                .outbox
+                .get(paid.outbox_seq)
+                .is_some_and(|e| e.reservation_id == id);
+            if waiting && !entry_ok {
+                return Err(RestoreError::BadReservation(
+                    id,
+                    "confirmed reservation without its outbox entry",
+                ));
+            }
+        }
+        gate.assert_stock();
+        Ok(gate)
+    }
+}

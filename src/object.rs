@@ -1,0 +1,281 @@
+//! The product's Durable Object as a pure state machine over its storage.
+//!
+//! `wasm/gate_do.rs` is only the shell around this: it hands in the request
+//! and the time, executes SQL through the `Storage` it passes, sets the
+//! alarm this module asks for, and performs the fetch to the origin that a
+//! `Lease` describes. Every decision of the object lives here, so the
+//! simulator in `tests/object_sim.rs` drives the failure paths natively: a
+//! failed write, the poison it leaves, the reload, and a delivery whose
+//! answer arrives after the object reloaded.
+//!
+//! Rules (ARCHITECTURE.md):
+//! - A decision and the write of its rows happen in one call, with nothing
+//!   awaited between them. A reply is only returned once its rows are
+//!   written; a failed write returns an error instead, and nothing unwritten
+//!   is acknowledged.
+//! - A failed write poisons the object: memory may be ahead of storage, so
+//!   the next event reloads from storage before it decides anything.
+//! - A delivery's answer is applied only to the generation of the gate that
+//!   leased the batch. A reload in between voids it; the batch is simply
+//!   leased and sent again (the origin dedupes).
+
+use flashgate_core::{AckOutcome, Change, Gate, Row};
+use flashgate_wire::{Batch, BatchResult};
+
+use crate::api::Command;
+use crate::delivery::{self, DeliveryError};
+use crate::reply::Reply;
+use crate::service::{self, Product};
+use crate::views::DeliveryStatus;
+
+/// Why storage failed. The shell logs it; the client gets a 5xx.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StorageError(pub String);
+
+impl std::fmt::Display for StorageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What storage holds for a product.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stored {
+    pub product_id: String,
+    pub rows: Vec<Row>,
+}
+
+/// The object's durable storage. Both calls are synchronous, as the
+/// Durable Object's SQL is.
+pub trait Storage {
+    /// The stored product, or `None` if this object never held one.
+    fn load(&mut self) -> Result<Option<Stored>, StorageError>;
+    /// Writes one decision's changes; for a product being created, first
+    /// its tables and id.
+    fn write(&mut self, create: Option<&str>, changes: &[Change]) -> Result<(), StorageError>;
+}
+
+/// A batch leased from the outbox, for the shell to sign and send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub batch: Batch,
+    up_to_seq: u64,
+    generation: u64,
+}
+
+/// What became of a delivery's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// The origin stored the batch; its entries left the outbox.
+    Acked {
+        entries: u64,
+        rejected_oversell: u64,
+    },
+    /// The core refused the ack; nothing changed (a bug signal).
+    AckRefused(AckOutcome),
+    /// The delivery failed; the batch goes again after a backoff.
+    Failed(DeliveryError),
+    /// The object reloaded while the batch was out, so the answer belongs to
+    /// a gate that no longer exists. Nothing is written.
+    Stale,
+}
+
+pub struct ProductObject {
+    product: Option<Product>,
+    /// Memory may be ahead of (or was never read from) storage: the next
+    /// event reloads before deciding anything.
+    poisoned: bool,
+    /// Bumped at every load, so a lease from before a reload is void.
+    generation: u64,
+    /// The alarm this object last set and that has not fired yet.
+    alarm_at_ms: Option<u64>,
+    delivery: DeliveryStatus,
+}
+
+impl Default for ProductObject {
+    fn default() -> Self {
+        ProductObject::new()
+    }
+}
+
+impl ProductObject {
+    /// An object that has read nothing yet; its first event loads.
+    pub fn new() -> ProductObject {
+        ProductObject {
+            product: None,
+            poisoned: true,
+            generation: 0,
+            alarm_at_ms: None,
+            delivery: DeliveryStatus::default(),
+        }
+    }
+
+    /// Reloads from storage if memory cannot be trusted.
+    pub fn ensure_loaded(&mut self, store: &mut impl Storage) -> Result<(), StorageError> {
+        if !self.poisoned {
+            return Ok(());
+        }
+        let product = match store.load()? {
+            None => None,
+            Some(stored) => {
+                let gate = Gate::restore(stored.rows)
+                    .map_err(|e| StorageError(format!("stored gate is corrupt: {e:?}")))?;
+                Some(Product {
+                    id: stored.product_id,
+                    gate,
+                })
+            }
+        };
+        self.product = product;
+        self.poisoned = false;
+        self.generation += 1;
+        Ok(())
+    }
+
+    /// Writes what the last decision changed. On failure the object is
+    /// poisoned and the error returned, so no reply acknowledges it.
+    fn persist(&mut self, store: &mut impl Storage, created: bool) -> Result<(), StorageError> {
+        let Some(p) = self.product.as_mut() else {
+            return Ok(());
+        };
+        let changes = p.gate.take_changes();
+        if changes.is_empty() && !created {
+            return Ok(());
+        }
+        let create = created.then_some(p.id.as_str());
+        store.write(create, &changes).inspect_err(|_| {
+            self.poisoned = true;
+        })
+    }
+
+    /// Runs one command: decide, write, and only then reply.
+    pub fn command(
+        &mut self,
+        store: &mut impl Storage,
+        cmd: &Command,
+        now_ms: u64,
+    ) -> Result<Reply, StorageError> {
+        self.ensure_loaded(store)?;
+        let existed = self.product.is_some();
+        let reply = service::execute(&mut self.product, cmd, now_ms, &self.delivery);
+        let created = !existed && self.product.is_some();
+        self.persist(store, created)?;
+        Ok(reply)
+    }
+
+    /// The alarm fired: expire what is due and write it. Returns how many
+    /// holds expired.
+    pub fn alarm(&mut self, store: &mut impl Storage, now_ms: u64) -> Result<u32, StorageError> {
+        self.alarm_at_ms = None;
+        self.ensure_loaded(store)?;
+        let expired = match self.product.as_mut() {
+            Some(p) => p.gate.handle_timeout(now_ms),
+            None => 0,
+        };
+        self.persist(store, false)?;
+        Ok(expired)
+    }
+
+    /// The instant to set the alarm to, if it must move: only earlier, since
+    /// an alarm that fires early finds nothing due and sets the next one. A
+    /// deadline already passed means "as soon as possible", which the
+    /// runtime wants as a future instant.
+    pub fn alarm_to_set(&self, now_ms: u64) -> Option<u64> {
+        let next = self.product.as_ref()?.gate.poll_timeout()?;
+        match self.alarm_at_ms {
+            Some(at) if next >= at => None,
+            _ => Some(next.max(now_ms + 1)),
+        }
+    }
+
+    /// The shell set the alarm to `at_ms`.
+    pub fn alarm_set(&mut self, at_ms: u64) {
+        self.alarm_at_ms = Some(at_ms);
+    }
+
+    /// The shell found this alarm already set when the object started.
+    pub fn alarm_found(&mut self, at_ms: Option<u64>) {
+        self.alarm_at_ms = at_ms;
+    }
+
+    /// Leases the next outbox batch for the shell to send, if one is due.
+    pub fn lease(
+        &mut self,
+        store: &mut impl Storage,
+        now_ms: u64,
+    ) -> Result<Option<Lease>, StorageError> {
+        self.ensure_loaded(store)?;
+        let Some(p) = self.product.as_mut() else {
+            return Ok(None);
+        };
+        let entries = p.gate.poll_outbox(now_ms, delivery::ORDERS_PER_BATCH_MAX);
+        let Some(last) = entries.last() else {
+            return Ok(None);
+        };
+        Ok(Some(Lease {
+            up_to_seq: last.seq,
+            batch: delivery::batch(&p.id, p.gate.stock_total(), &entries),
+            generation: self.generation,
+        }))
+    }
+
+    /// Applies a delivery's result, after the await that produced it: an
+    /// ack or a nack of the lease, written at once. `jitter_seed` spreads
+    /// the retry.
+    pub fn settle(
+        &mut self,
+        store: &mut impl Storage,
+        lease: Lease,
+        result: Result<BatchResult, DeliveryError>,
+        now_ms: u64,
+        jitter_seed: u64,
+    ) -> Result<Settled, StorageError> {
+        // The await may have let another event fail a write (poison) or
+        // reload the gate: this lease then belongs to a gate that is gone.
+        if self.poisoned || lease.generation != self.generation {
+            return Ok(Settled::Stale);
+        }
+        let Some(p) = self.product.as_mut() else {
+            return Ok(Settled::Stale);
+        };
+        let settled = match result {
+            Ok(answer) => match p.gate.ack_outbox(lease.up_to_seq) {
+                AckOutcome::Acked { entries } => {
+                    let rejected_oversell = answer.rejected_oversell() as u64;
+                    self.delivery.rejected_oversell += rejected_oversell;
+                    self.delivery.last_success_ms = Some(now_ms);
+                    self.delivery.last_error = None;
+                    Settled::Acked {
+                        entries,
+                        rejected_oversell,
+                    }
+                }
+                refused => Settled::AckRefused(refused),
+            },
+            Err(error) => {
+                // A lease that lapsed was handed out again; then there is
+                // nothing to nack, and the new lease's answer will settle.
+                p.gate.nack_outbox(now_ms, jitter_seed);
+                self.delivery.last_error = Some(error.describe());
+                Settled::Failed(error)
+            }
+        };
+        self.persist(store, false)?;
+        Ok(settled)
+    }
+
+    /// For tests and the simulator: the rows the object holds in memory.
+    pub fn rows(&self) -> Option<(&str, Vec<Row>)> {
+        self.product
+            .as_ref()
+            .map(|p| (p.id.as_str(), p.gate.rows()))
+    }
+
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned
+    }
+
+    pub fn delivery(&self) -> &DeliveryStatus {
+        &self.delivery
+    }
+}

@@ -1,0 +1,191 @@
+//! The JSON bodies of successful answers: a product, a reservation, a
+//! confirmation, and the admin stats (the wire crate's `GateStats`).
+
+use flashgate_core::{
+    CancelKind, ConfirmKind, Confirmation, Gate, HoldState, Phase, ReservationView, ReserveKind,
+    Stats,
+};
+use flashgate_wire::{CounterStats, GateStats, OutboxStats, SaleState};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::time::rfc3339;
+
+/// How the shell's forwarding of the outbox is going, since the object
+/// loaded. Kept by the object, shown in the stats.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeliveryStatus {
+    pub last_error: Option<String>,
+    pub last_success_ms: Option<u64>,
+    pub rejected_oversell: u64,
+}
+
+fn to_value(v: impl Serialize) -> Value {
+    // Every view is a struct of numbers and strings, which always serialize.
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+#[derive(Serialize)]
+struct ProductView<'a> {
+    product_id: &'a str,
+    state: &'static str,
+    stock_total: u64,
+    available: u64,
+    held: u64,
+    sold: u64,
+    opens_at: Option<String>,
+    opens_at_ms: Option<u64>,
+    closes_at: Option<String>,
+    closes_at_ms: Option<u64>,
+    per_buyer_max: u32,
+    quantity_max: u32,
+    hold_ttl_ms: u64,
+}
+
+/// The public view of a product.
+pub fn product(g: &Gate, product_id: &str, now_ms: u64) -> Value {
+    let s = g.stats(now_ms);
+    let c = g.config();
+    to_value(ProductView {
+        product_id,
+        state: s.phase.as_str(),
+        stock_total: s.stock_total,
+        available: s.available,
+        held: s.held,
+        sold: s.sold,
+        opens_at: c.opens_at_ms.map(rfc3339),
+        opens_at_ms: c.opens_at_ms,
+        closes_at: c.closes_at_ms.map(rfc3339),
+        closes_at_ms: c.closes_at_ms,
+        per_buyer_max: c.per_buyer_max,
+        quantity_max: c.quantity_max,
+        hold_ttl_ms: c.hold_ttl_ms,
+    })
+}
+
+#[derive(Serialize)]
+struct HoldView {
+    reservation_id: String,
+    state: &'static str,
+    quantity: u32,
+    expires_at: String,
+    expires_at_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    confirmation: Option<Value>,
+}
+
+/// A reservation just made, or replayed.
+pub fn hold(id: u64, expires_at_ms: u64, quantity: u32) -> Value {
+    to_value(HoldView {
+        reservation_id: id.to_string(),
+        state: HoldState::Held.as_str(),
+        quantity,
+        expires_at: rfc3339(expires_at_ms),
+        expires_at_ms,
+        confirmation: None,
+    })
+}
+
+/// A buyer's own reservation as it reads now.
+pub fn reservation(v: &ReservationView) -> Value {
+    to_value(HoldView {
+        reservation_id: v.id.to_string(),
+        state: v.state.as_str(),
+        quantity: v.quantity,
+        expires_at: rfc3339(v.expires_at_ms),
+        expires_at_ms: v.expires_at_ms,
+        confirmation: v.confirmation.as_ref().map(confirmation),
+    })
+}
+
+#[derive(Serialize)]
+struct ConfirmationView<'a> {
+    reservation_id: String,
+    state: &'static str,
+    quantity: u32,
+    payment_ref: &'a str,
+    confirmed_at: String,
+    confirmed_at_ms: u64,
+}
+
+pub fn confirmation(c: &Confirmation) -> Value {
+    to_value(ConfirmationView {
+        reservation_id: c.reservation_id.to_string(),
+        state: HoldState::Confirmed.as_str(),
+        quantity: c.quantity,
+        payment_ref: &c.payment_ref,
+        confirmed_at: rfc3339(c.confirmed_at_ms),
+        confirmed_at_ms: c.confirmed_at_ms,
+    })
+}
+
+#[derive(Serialize)]
+struct CancelledView {
+    reservation_id: String,
+    state: &'static str,
+    quantity: u32,
+}
+
+pub fn cancelled(id: u64, quantity: u32) -> Value {
+    to_value(CancelledView {
+        reservation_id: id.to_string(),
+        state: HoldState::Cancelled.as_str(),
+        quantity,
+    })
+}
+
+pub fn sale_state(p: Phase) -> SaleState {
+    match p {
+        Phase::Scheduled => SaleState::Scheduled,
+        Phase::Open => SaleState::Open,
+        Phase::Paused => SaleState::Paused,
+        Phase::Closed => SaleState::Closed,
+    }
+}
+
+/// The admin stats: the core's, plus the shell's delivery status.
+pub fn stats(product_id: &str, s: &Stats, delivery: &DeliveryStatus) -> GateStats {
+    let c = &s.counters;
+    let counters = CounterStats {
+        reserve: ReserveKind::ALL
+            .iter()
+            .map(|&k| (k.code().to_string(), c.reserve(k)))
+            .collect(),
+        confirm: ConfirmKind::ALL
+            .iter()
+            .map(|&k| (k.code().to_string(), c.confirm(k)))
+            .collect(),
+        cancel: CancelKind::ALL
+            .iter()
+            .map(|&k| (k.code().to_string(), c.cancel(k)))
+            .collect(),
+        holds_expired: c.holds_expired,
+    };
+    GateStats {
+        product_id: product_id.to_string(),
+        state: sale_state(s.phase),
+        stock_total: s.stock_total,
+        available: s.available,
+        held: s.held,
+        sold: s.sold,
+        live_holds: s.live_holds,
+        tombstones: s.tombstones,
+        buyers: s.buyers,
+        outbox: OutboxStats {
+            backlog: s.outbox_backlog,
+            backlog_units: s.outbox_backlog_units,
+            acked_seq: s.outbox_acked_seq,
+            attempts: s.outbox_attempts,
+            retry_at_ms: s.outbox_retry_at_ms,
+            last_error: delivery.last_error.clone(),
+            last_success_ms: delivery.last_success_ms,
+            rejected_oversell: delivery.rejected_oversell,
+        },
+        next_deadline_ms: s.next_deadline_ms,
+        counters,
+    }
+}
+
+pub fn stats_value(product_id: &str, s: &Stats, delivery: &DeliveryStatus) -> Value {
+    to_value(stats(product_id, s, delivery))
+}

@@ -1,0 +1,264 @@
+//! `ProductGate`: the Durable Object of one product. The shell of
+//! `object::ProductObject`: it hands each request and the time to the
+//! object, passes it the SQL storage to write through, sets the alarm the
+//! object asks for, and performs the fetches its leases describe.
+//!
+//! Correctness rests on three rules (ARCHITECTURE.md):
+//! - Between a decision and the write of its rows nothing is awaited; both
+//!   happen inside one synchronous call of the object.
+//! - No `RefCell` borrow is held across an `.await`.
+//! - The alarm handler is idempotent: running it twice at the same instant
+//!   does nothing the second time.
+
+use std::cell::RefCell;
+use std::pin::pin;
+use std::rc::Rc;
+use std::time::Duration;
+
+use futures_util::future::{select, Either};
+use worker::{
+    durable_object, js_sys, wasm_bindgen::JsValue, AbortController, Delay, DurableObject, Env,
+    Fetch, Headers, Method, Request, RequestInit, Response, ScheduledTime, State, WebSocket,
+    WebSocketIncomingMessage,
+};
+
+use crate::api::Command;
+use crate::delivery::{self, Attempt};
+use crate::object::{ProductObject, Settled};
+use crate::problem::Problem;
+use crate::sql::SqlStore;
+use crate::wasm::http;
+use crate::wasm::sqlite::DoSql;
+use flashgate_wire::{signing, Batch};
+
+#[durable_object]
+pub struct ProductGate {
+    state: State,
+    env: Env,
+    object: Rc<RefCell<ProductObject>>,
+}
+
+fn now_ms() -> u64 {
+    worker::Date::now().as_millis()
+}
+
+impl ProductGate {
+    fn store(&self) -> SqlStore<DoSql> {
+        SqlStore(DoSql(self.state.storage().sql()))
+    }
+
+    /// Moves the alarm earlier if the object asks for it.
+    async fn arm(&self) -> worker::Result<()> {
+        let want = self.object.borrow().alarm_to_set(now_ms());
+        if let Some(t) = want {
+            let at = js_sys::Date::new(&JsValue::from_f64(t as f64));
+            self.state
+                .storage()
+                .set_alarm(ScheduledTime::new(at))
+                .await?;
+            self.object.borrow_mut().alarm_set(t);
+        }
+        Ok(())
+    }
+
+    /// Forwards the outbox to the origin, a batch at a time, until it is
+    /// empty, a delivery fails, or `BATCHES_PER_ALARM_MAX` batches went.
+    /// The fetch lets other events run; no decision spans it: the batch was
+    /// leased before, and the ack or nack is a new decision after, which the
+    /// object voids if it reloaded meanwhile.
+    async fn drain_outbox(&self) -> worker::Result<()> {
+        let origin = self
+            .env
+            .var("ORIGIN_URL")
+            .map(|v| v.to_string())
+            .unwrap_or_default();
+        let secret = self
+            .env
+            .secret("ORIGIN_HMAC_SECRET")
+            .map(|v| v.to_string())
+            .unwrap_or_default();
+        for _ in 0..delivery::BATCHES_PER_ALARM_MAX {
+            let lease = self.object.borrow_mut().lease(&mut self.store(), now_ms());
+            let Some(lease) = lease.map_err(|e| worker::Error::RustError(e.0))? else {
+                return Ok(());
+            };
+            let attempt = if origin.is_empty() || secret.is_empty() {
+                Attempt::NotConfigured
+            } else {
+                send(&origin, secret.as_bytes(), &lease.batch).await
+            };
+            let result = delivery::classify(&lease.batch, attempt);
+            let seed = (js_sys::Math::random() * u64::MAX as f64) as u64;
+            let settled =
+                self.object
+                    .borrow_mut()
+                    .settle(&mut self.store(), lease, result, now_ms(), seed);
+            match settled.map_err(|e| worker::Error::RustError(e.0))? {
+                Settled::Acked {
+                    rejected_oversell, ..
+                } => {
+                    if rejected_oversell > 0 {
+                        worker::console_error!(
+                            "ProductGate: the origin refused {rejected_oversell} orders as oversell; the gate and the origin disagree on the stock"
+                        );
+                    }
+                }
+                Settled::Failed(e) => {
+                    if !e.retryable() {
+                        worker::console_error!(
+                            "ProductGate: outbox delivery needs attention: {}",
+                            e.describe()
+                        );
+                    }
+                    return Ok(());
+                }
+                Settled::AckRefused(outcome) => {
+                    worker::console_error!("ProductGate: the core refused an ack: {outcome:?}");
+                    return Ok(());
+                }
+                Settled::Stale => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Sends one signed batch and reports what happened, without judging it.
+async fn send(origin: &str, secret: &[u8], batch: &Batch) -> Attempt {
+    let body = match serde_json::to_vec(batch) {
+        Ok(b) => b,
+        Err(e) => return Attempt::Encode(e.to_string()),
+    };
+    let ts = now_ms();
+    let request = || -> worker::Result<Request> {
+        let headers = Headers::new();
+        headers.set("content-type", "application/json")?;
+        headers.set(signing::TIMESTAMP_HEADER, &ts.to_string())?;
+        headers.set(signing::SIGNATURE_HEADER, &signing::sign(secret, ts, &body))?;
+        let mut init = RequestInit::new();
+        init.with_method(Method::Post)
+            .with_headers(headers)
+            .with_body(Some(js_sys::Uint8Array::from(body.as_slice()).into()));
+        let url = format!("{}/v1/reservations/batch", origin.trim_end_matches('/'));
+        Request::new_with_init(&url, &init)
+    };
+    let req = match request() {
+        Ok(r) => r,
+        Err(e) => return Attempt::Encode(e.to_string()),
+    };
+    let controller = AbortController::default();
+    let signal = controller.signal();
+    let fetcher = Fetch::Request(req);
+    let fetch = fetcher.send_with_signal(&signal);
+    let timeout = Delay::from(Duration::from_millis(delivery::ORIGIN_TIMEOUT_MS));
+    let mut resp = match select(pin!(fetch), pin!(timeout)).await {
+        Either::Left((Ok(resp), _)) => resp,
+        Either::Left((Err(e), _)) => return Attempt::Network(e.to_string()),
+        Either::Right(_) => {
+            controller.abort();
+            return Attempt::Timeout;
+        }
+    };
+    let status = resp.status_code();
+    match resp.bytes().await {
+        Ok(body) => Attempt::Answered { status, body },
+        Err(e) => Attempt::Network(e.to_string()),
+    }
+}
+
+impl DurableObject for ProductGate {
+    fn new(state: State, env: Env) -> Self {
+        let object = Rc::new(RefCell::new(ProductObject::new()));
+        let (slot, storage) = (object.clone(), state.storage());
+        // Hold every event back until the gate is rebuilt from storage. A
+        // load that fails leaves the object unloaded; the next event tries
+        // again.
+        let _init = state.block_concurrency_while(async move {
+            let mut store = SqlStore(DoSql(storage.sql()));
+            if let Err(e) = slot.borrow_mut().ensure_loaded(&mut store) {
+                worker::console_error!("ProductGate: could not load: {e}");
+            }
+            let alarm = storage.get_alarm().await?;
+            slot.borrow_mut()
+                .alarm_found(alarm.map(|t| t.max(0) as u64));
+            Ok(())
+        });
+        ProductGate { state, env, object }
+    }
+
+    async fn fetch(&self, mut req: Request) -> worker::Result<Response> {
+        // Text and serde_json, not `req.json()`: parsing in Rust is cheaper
+        // than building a JS object and converting it field by field.
+        let parsed = req
+            .text()
+            .await
+            .and_then(|t| serde_json::from_str::<Command>(&t).map_err(worker::Error::from));
+        let cmd = match parsed {
+            Ok(cmd) => cmd,
+            // Only the Worker calls this object, with commands it built.
+            Err(e) => {
+                worker::console_error!("ProductGate: bad internal command: {e}");
+                return http::problem(Problem::internal());
+            }
+        };
+        let result = self
+            .object
+            .borrow_mut()
+            .command(&mut self.store(), &cmd, now_ms());
+        let reply = match result {
+            Ok(reply) => reply,
+            Err(e) => {
+                worker::console_error!("ProductGate: {e}");
+                return http::problem(Problem::internal());
+            }
+        };
+        // The decision is committed; a failure to move the alarm must not
+        // turn its answer into an error. The next request or alarm re-arms.
+        if let Err(e) = self.arm().await {
+            worker::console_error!("ProductGate: could not set the alarm: {e}");
+        }
+        http::respond(reply)
+    }
+
+    async fn alarm(&self) -> worker::Result<Response> {
+        let expired = self
+            .object
+            .borrow_mut()
+            .alarm(&mut self.store(), now_ms())
+            .map_err(|e| worker::Error::RustError(e.0))?;
+        self.drain_outbox().await?;
+        self.arm().await?;
+        Response::ok(format!("expired {expired}"))
+    }
+
+    // This object speaks HTTP only. The handlers below exist because the
+    // defaults panic, and a panic resets the whole wasm instance.
+
+    async fn websocket_message(
+        &self,
+        ws: WebSocket,
+        _message: WebSocketIncomingMessage,
+    ) -> worker::Result<()> {
+        ws.close(Some(1003), Some("ProductGate does not speak WebSocket"))
+    }
+
+    async fn websocket_close(
+        &self,
+        _ws: WebSocket,
+        _code: usize,
+        _reason: String,
+        _was_clean: bool,
+    ) -> worker::Result<()> {
+        Ok(())
+    }
+
+    async fn websocket_error(&self, _ws: WebSocket, _error: worker::Error) -> worker::Result<()> {
+        Ok(())
+    }
+
+    async fn connect(&self, _socket: worker::Socket) -> worker::Result<()> {
+        Err(worker::Error::RustError(
+            "ProductGate does not accept TCP connections".into(),
+        ))
+    }
+}

@@ -1,0 +1,8 @@
+//! The shell: everything that touches the Workers runtime. It moves bytes,
+//! time, SQL and fetches in and out of the pure modules, and decides
+//! nothing itself.
+
+mod edge;
+mod gate_do;
+mod http;
+mod sqlite;

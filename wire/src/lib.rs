@@ -1,0 +1,23 @@
+//! flashgate-wire: the contract between the gate and the origin.
+//!
+//! The gate (the Worker crate, compiled to wasm32) and the origin service
+//! (native) both depend on this crate and on nothing of each other, so the
+//! facts they must agree on are written once, here:
+//! - `bounds`: every field bound and grammar (product ids, buyer ids,
+//!   payment references, quantities, stock), and the order-id format;
+//! - `batch`: the batch of confirmed orders the gate forwards, its
+//!   validation, and the origin's per-order answer;
+//! - `signing`: the HMAC signature over a request, and its headers;
+//! - `stats`: the typed view of a product's gate stats, which the gate
+//!   writes and `reconcile` reads;
+//! - `problem`: the RFC 9457 problem document both sides answer errors with.
+
+pub mod batch;
+pub mod bounds;
+pub mod problem;
+pub mod signing;
+pub mod stats;
+
+pub use batch::{Batch, BatchError, BatchResult, ItemResult, ItemStatus, Order};
+pub use problem::ProblemDocument;
+pub use stats::{CounterStats, GateStats, OutboxStats, SaleState};

@@ -1,0 +1,65 @@
+//! The typed view of one product's gate stats: what
+//! `GET /admin/products/{id}/stats` answers. The gate builds it from its
+//! core's stats and its shell's delivery state; `reconcile` reads it. One
+//! type for both, so neither reads the other's JSON by hand.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// What a buyer sees of a sale at an instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SaleState {
+    Scheduled,
+    Open,
+    Paused,
+    Closed,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GateStats {
+    pub product_id: String,
+    pub state: SaleState,
+    pub stock_total: u64,
+    pub available: u64,
+    pub held: u64,
+    pub sold: u64,
+    pub live_holds: u32,
+    /// Cancelled or expired reservations kept for idempotent replay.
+    pub tombstones: u32,
+    /// Buyers who hold or bought at least one unit.
+    pub buyers: u64,
+    pub outbox: OutboxStats,
+    /// When the gate next has work (its alarm), in epoch milliseconds.
+    pub next_deadline_ms: Option<u64>,
+    pub counters: CounterStats,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutboxStats {
+    /// Confirmed orders not yet stored at the origin.
+    pub backlog: u64,
+    /// Their units: sold at the gate, not yet at the origin.
+    pub backlog_units: u64,
+    pub acked_seq: u64,
+    /// Failed deliveries since the last success.
+    pub attempts: u32,
+    pub retry_at_ms: u64,
+    /// Why the last delivery failed, since the object loaded.
+    pub last_error: Option<String>,
+    pub last_success_ms: Option<u64>,
+    /// Orders the origin answered with `rejected_oversell`, since the
+    /// object loaded. Any is a bug signal.
+    pub rejected_oversell: u64,
+}
+
+/// Outcome counts since the gate loaded: `op -> code -> count`, with every
+/// code of every operation present.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CounterStats {
+    pub reserve: BTreeMap<String, u64>,
+    pub confirm: BTreeMap<String, u64>,
+    pub cancel: BTreeMap<String, u64>,
+    pub holds_expired: u64,
+}
