@@ -271,6 +271,16 @@ impl ProductObject {
             .map(|p| (p.id.as_str(), p.gate.rows()))
     }
 
+    /// When the gate next has work, as the alarm must cover it.
+    pub fn next_deadline_ms(&self) -> Option<u64> {
+        self.product.as_ref()?.gate.poll_timeout()
+    }
+
+    /// The alarm the object believes is set.
+    pub fn alarm_at_ms(&self) -> Option<u64> {
+        self.alarm_at_ms
+    }
+
     pub fn is_poisoned(&self) -> bool {
         self.poisoned
     }

@@ -20,8 +20,9 @@ pub mod limits {
     /// The longest idempotency window after a hold's expiry: one week.
     pub const IDEM_WINDOW_MS_MAX: u64 = 7 * 24 * 60 * 60 * 1000;
     /// The latest instant a sale window may name, in epoch milliseconds:
-    /// 2^53 - 1 keeps every instant exact as a JavaScript number.
-    pub const INSTANT_MS_MAX: u64 = (1 << 53) - 1;
+    /// 9999-12-31T23:59:59.999Z, the last instant RFC 3339 can write. It is
+    /// below 2^53, so every instant is also exact as a JavaScript number.
+    pub const INSTANT_MS_MAX: u64 = 253_402_300_799_999;
     /// Byte limits of the strings the core stores. The edge validates the
     /// charset; the core only refuses what would break its memory budget.
     pub const BUYER_ID_BYTES_MAX: usize = 64;
@@ -46,6 +47,7 @@ pub mod limits {
     const _: () = assert!(RESERVATIONS_MAX_MAX as u64 <= STOCK_UNITS_MAX);
     // Sums of units and instants stay exact as JavaScript numbers.
     const _: () = assert!(STOCK_UNITS_MAX <= INSTANT_MS_MAX);
+    const _: () = assert!(INSTANT_MS_MAX < 1 << 53);
 }
 
 /// The admin-set mode of a sale. The phase a buyer sees also depends on the

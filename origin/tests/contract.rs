@@ -1,0 +1,73 @@
+//! `openapi.yaml` and ARCHITECTURE.md against the origin's code: every route
+//! and every problem code in one is in the other.
+
+use std::collections::BTreeSet;
+
+use flashgate_origin::app::routes;
+use flashgate_origin::problem::OriginCode;
+use serde_json::Value;
+
+fn spec() -> Value {
+    serde_norway::from_str(include_str!("../../openapi.yaml")).expect("openapi.yaml parses")
+}
+
+#[test]
+fn the_spec_names_every_origin_route_and_no_other() {
+    let spec = spec();
+    let mut documented = BTreeSet::new();
+    for (path, item) in spec["paths"].as_object().expect("paths") {
+        for (method, op) in item.as_object().expect("a path item") {
+            if op["tags"]
+                .as_array()
+                .is_some_and(|t| t.iter().any(|t| t == "origin"))
+            {
+                documented.insert((method.to_uppercase(), path.clone()));
+            }
+        }
+    }
+    let in_code: BTreeSet<(String, String)> = routes()
+        .into_iter()
+        .map(|(m, p, _)| (m.to_string(), p.to_string()))
+        .collect();
+    assert_eq!(documented, in_code);
+}
+
+#[test]
+fn the_spec_and_architecture_name_every_origin_code_and_no_other() {
+    let spec = spec();
+    let documented: BTreeSet<String> = spec["components"]["schemas"]["OriginProblem"]["allOf"]
+        .as_array()
+        .expect("allOf")
+        .iter()
+        .find_map(|p| p["properties"]["code"]["enum"].as_array())
+        .expect("a code enum")
+        .iter()
+        .map(|c| c.as_str().expect("a string").to_string())
+        .collect();
+    let in_code: BTreeSet<String> = OriginCode::ALL
+        .iter()
+        .map(|c| c.as_str().to_string())
+        .collect();
+    assert_eq!(documented, in_code);
+
+    let doc = include_str!("../../ARCHITECTURE.md");
+    let from = doc
+        .find("<!-- origin-problem-codes:start -->")
+        .expect("start marker");
+    let to = doc
+        .find("<!-- origin-problem-codes:end -->")
+        .expect("end marker");
+    let listed: BTreeSet<(String, u16)> = doc[from..to]
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let code = cells.get(1)?.trim_matches('`');
+            Some((code.to_string(), cells.get(2)?.parse().ok()?))
+        })
+        .collect();
+    let in_code: BTreeSet<(String, u16)> = OriginCode::ALL
+        .iter()
+        .map(|c| (c.as_str().to_string(), c.status()))
+        .collect();
+    assert_eq!(listed, in_code, "ARCHITECTURE.md's origin codes differ");
+}

@@ -1,0 +1,612 @@
+//! Deterministic simulation of the Durable Object shell (`ProductObject`)
+//! over a storage that fails on demand and an origin that misbehaves.
+//!
+//! The core's own simulator (`core/tests/sim.rs`) checks the decisions
+//! against a model. This one checks what the shell adds: that a reply is
+//! only given for what storage holds, that a failed write poisons the object
+//! and the next event reloads exactly what storage holds, that a delivery
+//! answer arriving after a reload is void, that the alarm always covers the
+//! next deadline, and that every confirmed order reaches the origin exactly
+//! once in the end (I2), whatever failed on the way.
+//!
+//! `cargo test --test object_sim` runs 100 seeds of 3,000 steps.
+//! `OBJECT_SIM_SEED=n` runs one seed, `OBJECT_SIM_SEEDS=n` n seeds, and
+//! `OBJECT_SIM_STEPS=n` sets the steps per seed. A failure prints its seed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use flashgate::api::Command;
+use flashgate::delivery::{self, Attempt};
+use flashgate::object::{Lease, ProductObject, Settled, Storage, StorageError, Stored};
+use flashgate_core::{splitmix64, Change, ConfigPatch, HoldState, Row, RowKey};
+use flashgate_wire::{Batch, BatchResult, ItemResult, ItemStatus};
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        splitmix64(&mut self.0)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// Storage as a map of rows, as SQLite holds them, that can be told to fail
+/// its next write or load. A failed write applies nothing.
+#[derive(Default)]
+struct MemStorage {
+    product_id: Option<String>,
+    rows: BTreeMap<RowKey, Row>,
+    fail_writes: u32,
+    fail_loads: u32,
+    loads: u64,
+}
+
+impl Storage for MemStorage {
+    fn load(&mut self) -> Result<Option<Stored>, StorageError> {
+        if self.fail_loads > 0 {
+            self.fail_loads -= 1;
+            return Err(StorageError("injected load failure".into()));
+        }
+        self.loads += 1;
+        Ok(self.product_id.clone().map(|product_id| Stored {
+            product_id,
+            rows: self.rows.values().cloned().collect(),
+        }))
+    }
+
+    fn write(&mut self, create: Option<&str>, changes: &[Change]) -> Result<(), StorageError> {
+        if self.fail_writes > 0 {
+            self.fail_writes -= 1;
+            return Err(StorageError("injected write failure".into()));
+        }
+        if let Some(id) = create {
+            assert!(self.product_id.is_none(), "a product is created once");
+            self.product_id = Some(id.to_string());
+        }
+        assert!(self.product_id.is_some(), "rows written for no product");
+        for change in changes {
+            match change {
+                Change::Put(row) => {
+                    self.rows.insert(row.key(), row.clone());
+                }
+                Change::Delete(key) => {
+                    let gone = self.rows.remove(&(*key).into());
+                    assert!(gone.is_some(), "delete of absent {key:?}");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The origin: orders by id, inserted once.
+#[derive(Default)]
+struct Origin {
+    orders: BTreeMap<String, u32>,
+    deliveries: u64,
+}
+
+impl Origin {
+    /// Stores a batch idempotently and answers as the real origin would.
+    fn ingest(&mut self, batch: &Batch) -> BatchResult {
+        self.deliveries += 1;
+        let results = batch
+            .orders
+            .iter()
+            .map(|o| {
+                let fresh = self
+                    .orders
+                    .insert(o.reservation_id.clone(), o.quantity)
+                    .is_none();
+                ItemResult {
+                    reservation_id: o.reservation_id.clone(),
+                    status: if fresh {
+                        ItemStatus::Inserted
+                    } else {
+                        ItemStatus::Exists
+                    },
+                }
+            })
+            .collect();
+        BatchResult { results }
+    }
+}
+
+struct Sim {
+    rng: Rng,
+    now: u64,
+    store: MemStorage,
+    object: ProductObject,
+    origin: Origin,
+    /// Reservation ids a 201 acknowledged, with their buyer.
+    reserved: BTreeMap<u64, String>,
+    /// Reservation ids a confirm acknowledged.
+    confirmed: BTreeSet<u64>,
+    /// A lease taken and not settled yet: its delivery is "in flight".
+    in_flight: Option<Lease>,
+    key: u64,
+    stale: u64,
+    /// The stock total the last acknowledged admin answer showed: storage
+    /// must never hold another, or an unacknowledged change leaked in.
+    acked_total: Option<u64>,
+    failed_writes: u64,
+    reloads: u64,
+    created: bool,
+}
+
+const PRODUCT: &str = "sim";
+
+impl Sim {
+    fn new(seed: u64) -> Sim {
+        Sim {
+            rng: Rng(seed),
+            now: 1_000_000,
+            store: MemStorage::default(),
+            object: ProductObject::new(),
+            origin: Origin::default(),
+            reserved: BTreeMap::new(),
+            confirmed: BTreeSet::new(),
+            in_flight: None,
+            key: 0,
+            stale: 0,
+            acked_total: None,
+            failed_writes: 0,
+            reloads: 0,
+            created: false,
+        }
+    }
+
+    fn buyer(&mut self) -> String {
+        format!("b{}", self.rng.below(12))
+    }
+
+    fn command(&mut self, cmd: Command) -> String {
+        let poisoned = self.object.is_poisoned();
+        let loads = self.store.loads;
+        let result = self.object.command(&mut self.store, &cmd, self.now);
+        if poisoned && self.store.loads > loads {
+            self.reloads += 1;
+        }
+        let desc = format!("{cmd:?}");
+        let reply = match result {
+            Ok(reply) => reply,
+            Err(_) => {
+                self.failed_writes += 1;
+                assert!(
+                    self.object.is_poisoned(),
+                    "{desc}: a failed write must poison"
+                );
+                return format!("{desc} -> storage error");
+            }
+        };
+        // What a 2xx acknowledged must be in storage now.
+        if matches!(cmd, Command::Upsert { .. } | Command::Restock { .. }) && reply.status < 300 {
+            self.acked_total = reply.body["stock_total"].as_u64();
+        }
+        match (&cmd, reply.status) {
+            (Command::Upsert { .. }, 201) => self.created = true,
+            (Command::Reserve { buyer, .. }, 201) => {
+                let id: u64 = reply.body["reservation_id"]
+                    .as_str()
+                    .and_then(|s| s.parse().ok())
+                    .expect("a reservation id");
+                assert!(
+                    self.stored_reservation(id).is_some(),
+                    "{desc}: acknowledged hold {id} is not stored"
+                );
+                self.reserved.insert(id, buyer.clone());
+            }
+            (Command::Confirm { reservation_id, .. }, 200) => {
+                let r = self.stored_reservation(*reservation_id);
+                assert!(
+                    r.is_some_and(|r| r.state == HoldState::Confirmed),
+                    "{desc}: acknowledged confirmation is not stored"
+                );
+                self.confirmed.insert(*reservation_id);
+            }
+            _ => {}
+        }
+        format!("{desc} -> {}", reply.status)
+    }
+
+    fn stored_reservation(&self, id: u64) -> Option<&flashgate_core::ReservationRow> {
+        match self.store.rows.get(&RowKey::Reservation(id)) {
+            Some(Row::Reservation(r)) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// The shell's arm(): set the alarm the object asks for.
+    fn arm(&mut self) {
+        if let Some(t) = self.object.alarm_to_set(self.now) {
+            assert!(t > self.now, "an alarm in the past");
+            self.object.alarm_set(t);
+        }
+    }
+
+    /// Sends the in-flight lease and settles it, as the drain does after
+    /// its await.
+    fn deliver(&mut self) -> String {
+        let Some(lease) = self.in_flight.take() else {
+            return "deliver: nothing in flight".into();
+        };
+        let attempt = match self.rng.below(10) {
+            0 => Attempt::Network("reset".into()),
+            1 => Attempt::Timeout,
+            2 => Attempt::Answered {
+                status: 503,
+                body: vec![],
+            },
+            3 => {
+                // Committed, but the answer was lost on the way back.
+                self.origin.ingest(&lease.batch);
+                Attempt::Answered {
+                    status: 500,
+                    body: vec![],
+                }
+            }
+            _ => {
+                let answer = self.origin.ingest(&lease.batch);
+                Attempt::Answered {
+                    status: 200,
+                    body: serde_json::to_vec(&answer).expect("encodes"),
+                }
+            }
+        };
+        let orders = lease.batch.orders.len();
+        let result = delivery::classify(&lease.batch, attempt);
+        let seed = self.rng.next();
+        match self
+            .object
+            .settle(&mut self.store, lease, result, self.now, seed)
+        {
+            Ok(Settled::Stale) => {
+                self.stale += 1;
+                format!("deliver {orders}: stale")
+            }
+            Ok(s) => {
+                if let Settled::Acked {
+                    rejected_oversell, ..
+                } = s
+                {
+                    assert_eq!(rejected_oversell, 0, "the origin never refuses");
+                }
+                format!("deliver {orders}: {s:?}")
+            }
+            Err(_) => {
+                self.failed_writes += 1;
+                assert!(self.object.is_poisoned());
+                format!("deliver {orders}: storage error")
+            }
+        }
+    }
+
+    fn step(&mut self) -> String {
+        // Faults are injected before an event, as a disk would fail.
+        if self.rng.chance(4) {
+            self.store.fail_writes = 1;
+        }
+        if self.rng.chance(1) {
+            self.store.fail_loads = 1;
+        }
+        let desc = match self.rng.below(100) {
+            0..=2 if !self.created || self.rng.chance(30) => {
+                let patch = ConfigPatch {
+                    stock_total: Some(self.rng.below(30)),
+                    per_buyer_max: Some(3),
+                    quantity_max: Some(2),
+                    hold_ttl_ms: Some(500 + self.rng.below(3_000)),
+                    idem_window_ms: Some(self.rng.below(2_000)),
+                    ..ConfigPatch::default()
+                };
+                self.command(Command::Upsert {
+                    product_id: PRODUCT.into(),
+                    patch,
+                })
+            }
+            0..=39 => {
+                self.key += 1;
+                let key = if self.rng.chance(10) {
+                    format!("k{}", self.key / 2)
+                } else {
+                    format!("k{}", self.key)
+                };
+                let buyer = self.buyer();
+                let quantity = 1 + self.rng.below(2) as u32;
+                self.command(Command::Reserve {
+                    product_id: PRODUCT.into(),
+                    buyer,
+                    idem_key: key,
+                    quantity,
+                })
+            }
+            40..=54 => {
+                let (id, buyer) = self.some_reservation();
+                self.command(Command::Confirm {
+                    product_id: PRODUCT.into(),
+                    buyer,
+                    reservation_id: id,
+                    payment_ref: format!("pay-{id}"),
+                })
+            }
+            55..=59 => {
+                let (id, buyer) = self.some_reservation();
+                self.command(Command::Cancel {
+                    product_id: PRODUCT.into(),
+                    buyer,
+                    reservation_id: id,
+                })
+            }
+            60..=62 => {
+                let units = 1 + self.rng.below(5);
+                self.command(Command::Restock {
+                    product_id: PRODUCT.into(),
+                    units,
+                })
+            }
+            63..=64 => self.command(Command::Stats {
+                product_id: PRODUCT.into(),
+            }),
+            65..=74 => {
+                self.now += self.rng.below(1_500);
+                // The runtime fires the alarm once its time has come.
+                match self.object.alarm_at_ms() {
+                    Some(at) if at <= self.now => {
+                        match self.object.alarm(&mut self.store, self.now) {
+                            Ok(n) => format!("alarm at {}: expired {n}", self.now),
+                            Err(_) => {
+                                self.failed_writes += 1;
+                                // The runtime retries a failed alarm.
+                                self.object.alarm_set(self.now + 1);
+                                format!("alarm at {}: storage error", self.now)
+                            }
+                        }
+                    }
+                    _ => format!("time {}", self.now),
+                }
+            }
+            75..=84 => {
+                if self.in_flight.is_some() {
+                    self.deliver()
+                } else {
+                    match self.object.lease(&mut self.store, self.now) {
+                        Ok(Some(lease)) => {
+                            let n = lease.batch.orders.len();
+                            assert!(n <= delivery::ORDERS_PER_BATCH_MAX);
+                            self.in_flight = Some(lease);
+                            format!("lease {n}")
+                        }
+                        Ok(None) => "lease: nothing due".into(),
+                        Err(_) => "lease: storage error".into(),
+                    }
+                }
+            }
+            85..=87 => {
+                // Eviction: the object is rebuilt from storage, and a delivery
+                // in flight dies with the old instance.
+                self.object = ProductObject::new();
+                self.in_flight = None;
+                "evicted".into()
+            }
+            _ => {
+                self.key += 1;
+                let buyer = self.buyer();
+                let (id, _) = self.some_reservation();
+                self.command(Command::GetReservation {
+                    product_id: PRODUCT.into(),
+                    buyer,
+                    reservation_id: id,
+                })
+            }
+        };
+        self.arm();
+        desc
+    }
+
+    fn some_reservation(&mut self) -> (u64, String) {
+        if self.reserved.is_empty() || self.rng.chance(5) {
+            let b = self.buyer();
+            return (1 + self.rng.below(50), b);
+        }
+        let i = self.rng.below(self.reserved.len() as u64) as usize;
+        let (id, buyer) = self.reserved.iter().nth(i).expect("in range");
+        (*id, buyer.clone())
+    }
+
+    fn check(&self, desc: &str) {
+        // An object that trusts its memory holds exactly what storage holds.
+        if !self.object.is_poisoned() {
+            let stored: Vec<Row> = self.store.rows.values().cloned().collect();
+            match self.object.rows() {
+                Some((id, rows)) => {
+                    assert_eq!(Some(id), self.store.product_id.as_deref(), "{desc}");
+                    assert!(rows == stored, "{desc}: memory differs from storage");
+                }
+                None => assert!(self.store.product_id.is_none(), "{desc}"),
+            }
+            // The alarm covers the next deadline.
+            if let Some(t) = self.object.next_deadline_ms() {
+                let at = self.object.alarm_at_ms();
+                assert!(
+                    at.is_some_and(|a| a <= t.max(self.now + 1)),
+                    "{desc}: deadline {t} but alarm {at:?}"
+                );
+            }
+        }
+        // Storage holds no admin change that was not acknowledged.
+        if let Some(Row::Meta(m)) = self.store.rows.get(&RowKey::Meta) {
+            assert_eq!(
+                Some(m.stock_total),
+                self.acked_total,
+                "{desc}: stored total is not the acknowledged one"
+            );
+        }
+        // Every acknowledged confirmation is stored as confirmed, and is in
+        // the outbox or at the origin.
+        let outbox: BTreeSet<u64> = self
+            .store
+            .rows
+            .values()
+            .filter_map(|r| match r {
+                Row::Outbox(e) => Some(e.reservation_id),
+                _ => None,
+            })
+            .collect();
+        for id in &self.confirmed {
+            let r = self.stored_reservation(*id);
+            assert!(
+                r.is_some_and(|r| r.state == HoldState::Confirmed),
+                "{desc}: confirmation {id} lost"
+            );
+            let at_origin = self.origin.orders.contains_key(&format!("{PRODUCT}:{id}"));
+            assert!(
+                outbox.contains(id) || at_origin,
+                "{desc}: confirmation {id} neither in the outbox nor at the origin"
+            );
+        }
+        // The origin holds only confirmed reservations.
+        for oid in self.origin.orders.keys() {
+            let id: u64 = oid
+                .strip_prefix("sim:")
+                .and_then(|s| s.parse().ok())
+                .expect("an order id");
+            let r = self.stored_reservation(id);
+            assert!(
+                r.is_some_and(|r| r.state == HoldState::Confirmed),
+                "{desc}: the origin holds {oid}, which is not a stored confirmation"
+            );
+        }
+    }
+
+    /// Ends the run: no more faults, time passes, the outbox drains, and the
+    /// origin then holds exactly the stored confirmations (I2).
+    fn finish(&mut self) {
+        self.store.fail_writes = 0;
+        self.store.fail_loads = 0;
+        self.in_flight = None;
+        for _ in 0..10_000 {
+            self.now += 1_000;
+            if let Some(at) = self.object.alarm_at_ms() {
+                if at <= self.now {
+                    self.object
+                        .alarm(&mut self.store, self.now)
+                        .expect("no faults now");
+                }
+            }
+            if let Some(lease) = self
+                .object
+                .lease(&mut self.store, self.now)
+                .expect("no faults now")
+            {
+                let answer = self.origin.ingest(&lease.batch);
+                let result = Ok(answer);
+                let s = self
+                    .object
+                    .settle(&mut self.store, lease, result, self.now, 1)
+                    .expect("no faults now");
+                assert!(matches!(s, Settled::Acked { .. }), "{s:?}");
+            }
+            self.arm();
+            let backlog = self
+                .store
+                .rows
+                .values()
+                .any(|r| matches!(r, Row::Outbox(_)));
+            if !backlog {
+                break;
+            }
+        }
+        let stored_confirmed: BTreeSet<String> = self
+            .store
+            .rows
+            .values()
+            .filter_map(|r| match r {
+                Row::Reservation(r) if r.state == HoldState::Confirmed => {
+                    Some(format!("{PRODUCT}:{}", r.id))
+                }
+                _ => None,
+            })
+            .collect();
+        let at_origin: BTreeSet<String> = self.origin.orders.keys().cloned().collect();
+        assert_eq!(
+            at_origin, stored_confirmed,
+            "I2: origin orders != confirmations"
+        );
+    }
+}
+
+fn run_seed(seed: u64, steps: u64) -> Result<(u64, u64, u64, u64), String> {
+    let mut sim = Sim::new(seed);
+    let mut last = String::from("start");
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        for step in 0..steps {
+            last = format!("step {step}: {}", sim.step());
+            sim.check(&last);
+        }
+        last = "finish".into();
+        sim.finish();
+        (
+            sim.failed_writes,
+            sim.reloads,
+            sim.stale,
+            sim.origin.deliveries,
+        )
+    }));
+    result.map_err(|e| {
+        let msg = e
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        format!("seed {seed} failed after {last}: {msg}\nrerun with OBJECT_SIM_SEED={seed}")
+    })
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().map(|v| {
+        v.parse()
+            .unwrap_or_else(|_| panic!("{name} must be a number, got {v:?}"))
+    })
+}
+
+#[test]
+fn simulate_the_object_under_faults() {
+    let steps = env_u64("OBJECT_SIM_STEPS").unwrap_or(3_000);
+    let seeds: Vec<u64> = match (env_u64("OBJECT_SIM_SEED"), env_u64("OBJECT_SIM_SEEDS")) {
+        (Some(seed), _) => vec![seed],
+        (None, Some(n)) => (0..n).collect(),
+        (None, None) => (0..100).collect(),
+    };
+    let mut failures = Vec::new();
+    let mut totals = (0, 0, 0, 0);
+    for &seed in &seeds {
+        match run_seed(seed, steps) {
+            Ok((w, r, s, d)) => {
+                totals = (totals.0 + w, totals.1 + r, totals.2 + s, totals.3 + d);
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                failures.push(seed);
+            }
+        }
+    }
+    eprintln!(
+        "object sim: {} seeds x {steps} steps; failed writes {}, reloads {}, stale deliveries {}, deliveries {}; failing seeds {failures:?}",
+        seeds.len(),
+        totals.0,
+        totals.1,
+        totals.2,
+        totals.3
+    );
+    assert!(failures.is_empty(), "failing seeds: {failures:?}");
+    // The run must reach the paths it exists for.
+    if seeds.len() >= 20 {
+        assert!(totals.0 > 0 && totals.1 > 0 && totals.2 > 0, "{totals:?}");
+    }
+}
