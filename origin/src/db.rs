@@ -10,6 +10,8 @@ use anyhow::Context;
 use flashgate_wire::{ItemResult, ItemStatus, Order};
 use serde::Serialize;
 use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::error::BoxDynError;
+use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
 use sqlx::{AnyPool, Executor, Row};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +33,50 @@ impl Backend {
 pub struct Db {
     pool: AnyPool,
     backend: Backend,
+}
+
+/// A migration compiled into the binary: version, description, SQL. The
+/// binary needs no files at run time, and no proc macro at build time.
+type EmbeddedMigration = (i64, &'static str, &'static str);
+
+const SQLITE_MIGRATIONS: &[EmbeddedMigration] = &[(
+    1,
+    "init",
+    include_str!("../migrations/sqlite/0001_init.sql"),
+)];
+const POSTGRES_MIGRATIONS: &[EmbeddedMigration] = &[(
+    1,
+    "init",
+    include_str!("../migrations/postgres/0001_init.sql"),
+)];
+
+/// sqlx's migration source over the embedded migrations. A database
+/// migrated before keeps working: version, description and checksum (of the
+/// SQL) are what sqlx's `migrate!` recorded.
+#[derive(Debug)]
+struct Embedded(&'static [EmbeddedMigration]);
+
+impl MigrationSource<'static> for Embedded {
+    fn resolve(
+        self,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Vec<Migration>, BoxDynError>> + Send>,
+    > {
+        let migrations = self
+            .0
+            .iter()
+            .map(|&(version, description, sql)| {
+                Migration::new(
+                    version,
+                    Cow::Borrowed(description),
+                    MigrationType::Simple,
+                    Cow::Borrowed(sql),
+                    false,
+                )
+            })
+            .collect();
+        Box::pin(std::future::ready(Ok(migrations)))
+    }
 }
 
 /// How many times a batch transaction is retried when the database reports
@@ -113,11 +159,16 @@ impl Db {
             Backend::Postgres => options.max_connections(16).connect(&url).await,
         }
         .with_context(|| format!("connecting to the {backend:?} database"))?;
-        match backend {
-            Backend::Sqlite => sqlx::migrate!("./migrations/sqlite").run(&pool).await,
-            Backend::Postgres => sqlx::migrate!("./migrations/postgres").run(&pool).await,
-        }
-        .context("running migrations")?;
+        let migrations = match backend {
+            Backend::Sqlite => SQLITE_MIGRATIONS,
+            Backend::Postgres => POSTGRES_MIGRATIONS,
+        };
+        Migrator::new(Embedded(migrations))
+            .await
+            .context("reading migrations")?
+            .run(&pool)
+            .await
+            .context("running migrations")?;
         Ok(Db { pool, backend })
     }
 
