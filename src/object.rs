@@ -73,8 +73,10 @@ pub enum Settled {
     },
     /// The core refused the ack; nothing changed (a bug signal).
     AckRefused(AckOutcome),
-    /// The delivery failed; the batch goes again after a backoff.
-    Failed(DeliveryError),
+    /// The delivery failed; the batch goes again after a backoff. `nacked`
+    /// is false when the lease had already lapsed and been handed out
+    /// again, so there was nothing to nack.
+    Failed { error: DeliveryError, nacked: bool },
     /// The object reloaded while the batch was out, so the answer belongs to
     /// a gate that no longer exists. Nothing is written.
     Stale,
@@ -253,11 +255,9 @@ impl ProductObject {
                 refused => Settled::AckRefused(refused),
             },
             Err(error) => {
-                // A lease that lapsed was handed out again; then there is
-                // nothing to nack, and the new lease's answer will settle.
-                p.gate.nack_outbox(now_ms, jitter_seed);
+                let nacked = p.gate.nack_outbox(now_ms, jitter_seed);
                 self.delivery.last_error = Some(error.describe());
-                Settled::Failed(error)
+                Settled::Failed { error, nacked }
             }
         };
         self.persist(store, false)?;

@@ -103,11 +103,16 @@ impl ProductGate {
                         );
                     }
                 }
-                Settled::Failed(e) => {
-                    if !e.retryable() {
+                Settled::Failed { error, nacked } => {
+                    if !error.retryable() {
                         worker::console_error!(
                             "ProductGate: outbox delivery needs attention: {}",
-                            e.describe()
+                            error.describe()
+                        );
+                    }
+                    if !nacked {
+                        worker::console_log!(
+                            "ProductGate: a failed delivery's lease had lapsed; the batch is out again"
                         );
                     }
                     return Ok(());
