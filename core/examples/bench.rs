@@ -62,7 +62,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// Returns the gate and the time the fill took. Changes are taken (rendered
 /// as rows) after every request, as the Durable Object shell does.
 fn fill(n: usize, ttl_ms: u64, buyers: &[String], keys: &[String], render: bool) -> (Gate, f64) {
-    let mut gate = Gate::new(config(ttl_ms, 0), 2 * n as u64).unwrap();
+    let mut gate = Gate::new(0, config(ttl_ms, 0), 2 * n as u64).unwrap();
     gate.take_changes();
     let start = Instant::now();
     for i in 0..n {

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use hashbrown::HashMap;
 
 use crate::gate::Gate;
+use crate::outbox::OutboxEvent;
 use crate::store::HoldState;
 
 impl Gate {
@@ -31,7 +32,7 @@ impl Gate {
                     self.next_id
                 ));
             }
-            if self.store.paid(id).is_some() != (r.state == HoldState::Confirmed) {
+            if self.store.paid(id).is_some() != r.state.paid() {
                 return Err(format!("reservation {id}: payment disagrees with state"));
             }
             let q = u64::from(r.quantity);
@@ -42,6 +43,11 @@ impl Gate {
                     expiry.insert((r.expires_at_ms, id));
                 }
                 HoldState::Confirmed => sold += q,
+                HoldState::Voided => {
+                    if self.store.paid(id).and_then(|p| p.void).is_none() {
+                        return Err(format!("voided reservation {id} has no void"));
+                    }
+                }
                 HoldState::Cancelled | HoldState::Expired => {
                     tomb += 1;
                     purge.insert((r.expires_at_ms + self.config.idem_window_ms, id));
@@ -82,21 +88,47 @@ impl Gate {
                 self.config.per_buyer_max
             ));
         }
-        // Every confirmation not yet acked is in the outbox, and only those.
+        // Every order and void not yet acked is in the outbox under its own
+        // sequence, and only those (and stock totals) are.
         let mut pending = 0;
         for (id, r) in self.store.iter() {
-            if let Some(p) = self.store.paid(id) {
-                if p.outbox_seq > self.outbox.acked_seq {
-                    pending += 1;
-                    match self.outbox.get(p.outbox_seq) {
-                        Some(e) if e.reservation_id == id && e.quantity == r.quantity => {}
-                        _ => return Err(format!("confirmation {id} is missing from the outbox")),
-                    }
+            let Some(p) = self.store.paid(id) else {
+                continue;
+            };
+            let order = (p.outbox_seq, "order");
+            let void = p.void.map(|v| (v.outbox_seq, "void"));
+            for (seq, what) in std::iter::once(order).chain(void) {
+                if seq <= self.outbox.acked_seq {
+                    continue;
+                }
+                pending += 1;
+                let ok = match self.outbox.get(seq).map(|e| &e.event) {
+                    Some(OutboxEvent::Order {
+                        reservation_id,
+                        quantity,
+                        ..
+                    }) => what == "order" && *reservation_id == id && *quantity == r.quantity,
+                    Some(OutboxEvent::Void {
+                        reservation_id,
+                        quantity,
+                        ..
+                    }) => what == "void" && *reservation_id == id && *quantity == r.quantity,
+                    _ => false,
+                };
+                if !ok {
+                    return Err(format!(
+                        "the {what} of reservation {id} is missing from the outbox"
+                    ));
                 }
             }
         }
-        if pending != self.outbox.backlog() {
-            return Err("the outbox holds entries with no confirmation".into());
+        let stock = self
+            .outbox
+            .iter()
+            .filter(|e| matches!(e.event, OutboxEvent::Stock { .. }))
+            .count();
+        if pending + stock != self.outbox.backlog() {
+            return Err("the outbox holds entries with no order or void".into());
         }
         Ok(())
     }

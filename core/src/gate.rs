@@ -11,14 +11,14 @@ use std::collections::BTreeSet;
 
 use crate::buyers::Buyers;
 use crate::config::{limits, Config, ConfigPatch, Mode, Phase};
-use crate::outbox::{Outbox, OutboxEntry};
+use crate::outbox::{Outbox, OutboxEntry, OutboxEvent};
 use crate::outcome::{
     AckOutcome, AdminRefusal, CancelOutcome, ConfirmOutcome, Confirmation, InvalidInput,
-    ReservationId, ReserveOutcome,
+    ReservationId, ReserveOutcome, Voided,
 };
 use crate::rows::ItemKey;
 use crate::stats::{Counters, Stats};
-use crate::store::{HoldState, Paid, Reservation, Store};
+use crate::store::{HoldState, Paid, Reservation, Store, Void};
 
 /// Rows touched since the shell last took the changes.
 #[derive(Default)]
@@ -61,7 +61,9 @@ pub struct ReservationView {
     /// handled, because a confirm would be refused.
     pub state: HoldState,
     pub expires_at_ms: u64,
+    /// For a confirmed or voided reservation, its payment.
     pub confirmation: Option<Confirmation>,
+    pub voided_at_ms: Option<u64>,
 }
 
 pub(crate) fn field_ok(s: &str, bytes_max: usize) -> bool {
@@ -69,8 +71,9 @@ pub(crate) fn field_ok(s: &str, bytes_max: usize) -> bool {
 }
 
 impl Gate {
-    /// A new product with `stock_total` units, all available.
-    pub fn new(config: Config, stock_total: u64) -> Result<Gate, AdminRefusal> {
+    /// A new product with `stock_total` units, all available. Its first
+    /// outbox event tells the origin the total.
+    pub fn new(now_ms: u64, config: Config, stock_total: u64) -> Result<Gate, AdminRefusal> {
         config.validate().map_err(AdminRefusal::InvalidConfig)?;
         if stock_total > limits::STOCK_UNITS_MAX {
             return Err(AdminRefusal::StockTooLarge);
@@ -79,15 +82,16 @@ impl Gate {
         gate.available = stock_total;
         gate.dirty.meta = true;
         gate.dirty.config = true;
+        gate.emit_stock(now_ms);
         gate.assert_stock();
         Ok(gate)
     }
 
     /// A new product from an admin's patch over the default rules. The
     /// patch must name the stock; it may also set the mode.
-    pub fn create(patch: &ConfigPatch) -> Result<Gate, AdminRefusal> {
+    pub fn create(now_ms: u64, patch: &ConfigPatch) -> Result<Gate, AdminRefusal> {
         let stock_total = patch.stock_total.ok_or(AdminRefusal::StockRequired)?;
-        let mut gate = Gate::new(patch.apply(&Config::default()), stock_total)?;
+        let mut gate = Gate::new(now_ms, patch.apply(&Config::default()), stock_total)?;
         // A new product is active and has no holds, so any mode is allowed.
         if let Some(mode) = patch.mode {
             gate.mode = mode;
@@ -309,33 +313,32 @@ impl Gate {
             HoldState::Confirmed => return ConfirmOutcome::Confirmed(self.confirmation(id)),
             HoldState::Cancelled => return ConfirmOutcome::Cancelled,
             HoldState::Expired => return ConfirmOutcome::Expired,
+            HoldState::Voided => return ConfirmOutcome::Voided,
         }
         // Settling expired every hold due at `now_ms`, so this one is still
         // inside its TTL: a confirm at `expires_at_ms` was refused above.
         assert!(now_ms < r.expires_at_ms, "a due hold survived settle");
 
         // Every refusal is above this line. From here the confirm must succeed.
-        let seq = self.outbox.next_seq();
         let r = self.store.get_mut(id).expect("checked above");
         let quantity = r.quantity;
         r.state = HoldState::Confirmed;
         let removed = self.expiry.remove(&(r.expires_at_ms, id));
         assert!(removed, "a live hold is in the expiry index");
-        let entry = OutboxEntry {
-            seq,
+        let seq = self.outbox.push(OutboxEvent::Order {
             reservation_id: id,
             buyer: buyer.into(),
             quantity,
             payment_ref: payment_ref.into(),
             confirmed_at_ms: now_ms,
-        };
+        });
         let paid = Paid {
             payment_ref: payment_ref.into(),
             confirmed_at_ms: now_ms,
             outbox_seq: seq,
+            void: None,
         };
         self.store.move_to_confirmed(id, paid);
-        self.outbox.push(entry);
         self.held -= u64::from(quantity);
         self.sold += u64::from(quantity);
         self.live_holds -= 1;
@@ -372,6 +375,7 @@ impl Gate {
             None => CancelOutcome::Unknown,
             Some(r) => match r.state {
                 HoldState::Confirmed => CancelOutcome::AlreadyConfirmed,
+                HoldState::Voided => CancelOutcome::Voided,
                 HoldState::Expired => CancelOutcome::AlreadyExpired,
                 HoldState::Cancelled => CancelOutcome::Cancelled {
                     quantity: r.quantity,
@@ -423,13 +427,75 @@ impl Gate {
         } else {
             r.state
         };
+        let paid = self.store.paid(id);
         Some(ReservationView {
             id,
             quantity: r.quantity,
             state,
             expires_at_ms: r.expires_at_ms,
-            confirmation: (r.state == HoldState::Confirmed).then(|| self.confirmation(id)),
+            confirmation: paid.map(|_| self.confirmation(id)),
+            voided_at_ms: paid.and_then(|p| p.void).map(|v| v.voided_at_ms),
         })
+    }
+
+    /// Voids a confirmed order, as an admin's refund: its units go back to
+    /// stock, the buyer's count drops, and the void enters the outbox for
+    /// the origin. Voiding a voided order again returns the same answer.
+    pub fn void(&mut self, now_ms: u64, id: ReservationId) -> Result<Voided, AdminRefusal> {
+        self.settle(now_ms);
+        let r = self.store.get(id).ok_or(AdminRefusal::UnknownReservation)?;
+        let quantity = r.quantity;
+        match r.state {
+            HoldState::Confirmed => {}
+            HoldState::Voided => {
+                let void = self.store.paid(id).and_then(|p| p.void);
+                let void = void.expect("a voided record has its void");
+                return Ok(Voided {
+                    reservation_id: id,
+                    quantity,
+                    voided_at_ms: void.voided_at_ms,
+                });
+            }
+            HoldState::Held | HoldState::Cancelled | HoldState::Expired => {
+                return Err(AdminRefusal::NotConfirmed)
+            }
+        }
+
+        // Every refusal is above this line. From here the void must succeed.
+        let buyer = r.buyer;
+        let seq = self.outbox.push(OutboxEvent::Void {
+            reservation_id: id,
+            quantity,
+            voided_at_ms: now_ms,
+        });
+        self.store.void(
+            id,
+            Void {
+                voided_at_ms: now_ms,
+                outbox_seq: seq,
+            },
+        );
+        self.buyers.remove_units(buyer, quantity);
+        self.sold -= u64::from(quantity);
+        self.available += u64::from(quantity);
+        self.assert_stock();
+        self.dirty.keys.push(ItemKey::Reservation(id));
+        self.dirty.keys.push(ItemKey::Outbox(seq));
+        Ok(Voided {
+            reservation_id: id,
+            quantity,
+            voided_at_ms: now_ms,
+        })
+    }
+
+    /// Records the stock total in the outbox, so the origin's total follows
+    /// the gate's, in order with the orders.
+    fn emit_stock(&mut self, now_ms: u64) {
+        let seq = self.outbox.push(OutboxEvent::Stock {
+            stock_total: self.stock_total,
+            at_ms: now_ms,
+        });
+        self.dirty.keys.push(ItemKey::Outbox(seq));
     }
 
     // ----- time -------------------------------------------------------------
@@ -482,7 +548,7 @@ impl Gate {
 
     // ----- outbox -----------------------------------------------------------
 
-    /// The next batch of at most `batch_size_max` confirmations to forward,
+    /// The next batch of at most `batch_size_max` outbox events to forward,
     /// oldest first. Empty while a batch is out (until its lease lapses) or
     /// a backoff runs.
     pub fn poll_outbox(&mut self, now_ms: u64, batch_size_max: usize) -> Vec<OutboxEntry> {
@@ -516,10 +582,13 @@ impl Gate {
         self.settle(now_ms);
         match self.stock_total.checked_add(units) {
             Some(total) if total <= limits::STOCK_UNITS_MAX => {
-                self.stock_total = total;
-                self.available += units;
-                self.assert_stock();
-                self.dirty.meta = true;
+                if units > 0 {
+                    self.stock_total = total;
+                    self.available += units;
+                    self.assert_stock();
+                    self.dirty.meta = true;
+                    self.emit_stock(now_ms);
+                }
                 Ok(())
             }
             _ => Err(AdminRefusal::StockTooLarge),
@@ -621,6 +690,7 @@ impl Gate {
             self.available = t - committed;
             self.assert_stock();
             self.dirty.meta = true;
+            self.emit_stock(now_ms);
         }
         if let Some(mode) = patch.mode.filter(|&m| m != self.mode) {
             self.mode = mode;

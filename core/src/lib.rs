@@ -13,7 +13,8 @@
 //!   and never takes stock twice.
 //! - I4: a reservation resolves once: `held -> confirmed | cancelled |
 //!   expired`; a confirm at or after expiry is refused.
-//! - Every confirmation enters the outbox in the same call (for I2).
+//! - Every confirmation, void and change of the stock total enters the
+//!   outbox in the same call (for I2).
 
 mod audit;
 mod buyers;
@@ -30,10 +31,10 @@ mod store;
 pub use config::{limits, Config, ConfigError, ConfigPatch, Mode, Phase};
 pub use gate::{Gate, ReservationView};
 pub use mix::splitmix64;
-pub use outbox::{backoff_ms, OutboxEntry};
+pub use outbox::{backoff_ms, OutboxEntry, OutboxEvent};
 pub use outcome::{
     AckOutcome, AdminRefusal, AdminRefusalKind, CancelKind, CancelOutcome, ConfirmKind,
-    ConfirmOutcome, Confirmation, InvalidInput, ReservationId, ReserveKind, ReserveOutcome,
+    ConfirmOutcome, Confirmation, InvalidInput, ReservationId, ReserveKind, ReserveOutcome, Voided,
 };
 pub use rows::{Change, ItemKey, MetaRow, ReservationRow, RestoreError, Row, RowKey};
 pub use stats::{Counters, Stats};

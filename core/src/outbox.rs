@@ -1,11 +1,15 @@
-//! The transactional outbox: confirmations waiting to reach the origin.
+//! The transactional outbox: the changes the origin must mirror, waiting to
+//! reach it, in the order the gate made them: confirmed orders, voids, and
+//! stock totals.
 //!
-//! An entry is made in the same call that confirms the reservation, so the
-//! shell writes both in one storage transaction. Delivery is at least once:
-//! an entry leaves the outbox only when the origin acknowledged it, and the
-//! origin inserts idempotently by reservation id (I2). There is no retry
-//! limit, because dropping an entry would lose an order; instead the backoff
-//! is capped and the attempt count is visible in the stats, for alerting.
+//! An entry is made in the same call that makes the change, so the shell
+//! writes both in one storage transaction. Delivery is at least once: an
+//! entry leaves the outbox only when the origin acknowledged it, and the
+//! origin applies each event idempotently (orders by reservation id, voids
+//! once per order, stock totals only forward by sequence) (I2). There is no
+//! retry limit, because dropping an entry would lose an order; instead the
+//! backoff is capped and the attempt count is visible in the stats, for
+//! alerting.
 
 use std::collections::VecDeque;
 
@@ -13,15 +17,52 @@ use crate::config::limits;
 use crate::mix::splitmix64;
 use crate::outcome::{AckOutcome, ReservationId};
 
-/// One confirmed reservation on its way to the origin.
+/// One change on its way to the origin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OutboxEvent {
+    /// The stock total changed (or the product was created with it).
+    Stock { stock_total: u64, at_ms: u64 },
+    /// A reservation was confirmed: an order.
+    Order {
+        reservation_id: ReservationId,
+        buyer: Box<str>,
+        quantity: u32,
+        payment_ref: Box<str>,
+        confirmed_at_ms: u64,
+    },
+    /// A confirmed order was voided; its units are back in stock.
+    Void {
+        reservation_id: ReservationId,
+        quantity: u32,
+        voided_at_ms: u64,
+    },
+}
+
+impl OutboxEvent {
+    /// The units this event adds to (orders) or takes from (voids) what
+    /// the origin counts as sold.
+    pub fn sold_units(&self) -> i64 {
+        match self {
+            OutboxEvent::Stock { .. } => 0,
+            OutboxEvent::Order { quantity, .. } => i64::from(*quantity),
+            OutboxEvent::Void { quantity, .. } => -i64::from(*quantity),
+        }
+    }
+
+    /// The reservation an order or void is about.
+    pub fn reservation_id(&self) -> Option<ReservationId> {
+        match self {
+            OutboxEvent::Stock { .. } => None,
+            OutboxEvent::Order { reservation_id, .. }
+            | OutboxEvent::Void { reservation_id, .. } => Some(*reservation_id),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OutboxEntry {
     pub seq: u64,
-    pub reservation_id: ReservationId,
-    pub buyer: Box<str>,
-    pub quantity: u32,
-    pub payment_ref: Box<str>,
-    pub confirmed_at_ms: u64,
+    pub event: OutboxEvent,
 }
 
 /// A batch handed to the shell and not yet acked or nacked.
@@ -76,14 +117,27 @@ impl Outbox {
         self.entries.len()
     }
 
-    /// Sums the units waiting. O(backlog); for stats, not decisions.
-    pub fn backlog_units(&self) -> u64 {
-        self.entries.iter().map(|e| u64::from(e.quantity)).sum()
+    /// The net units waiting: ordered minus voided, as the origin will
+    /// count them once the backlog arrives. O(backlog); for stats, not
+    /// decisions.
+    pub fn backlog_units(&self) -> i64 {
+        self.entries.iter().map(|e| e.event.sold_units()).sum()
     }
 
-    pub fn push(&mut self, entry: OutboxEntry) {
-        assert_eq!(entry.seq, self.next_seq(), "outbox sequence must be dense");
+    /// Appends an event and returns its sequence number.
+    pub fn push(&mut self, event: OutboxEvent) -> u64 {
+        let seq = self.next_seq();
+        self.entries.push_back(OutboxEntry { seq, event });
+        seq
+    }
+
+    /// Appends a stored entry on restore; sequences must be dense.
+    pub fn push_restored(&mut self, entry: OutboxEntry) -> bool {
+        if entry.seq != self.next_seq() {
+            return false;
+        }
         self.entries.push_back(entry);
+        true
     }
 
     pub fn get(&self, seq: u64) -> Option<&OutboxEntry> {

@@ -143,6 +143,8 @@ pub enum ConfirmOutcome {
     /// The hold expired before the confirm arrived; its units went back.
     Expired,
     Cancelled,
+    /// The order was confirmed, then voided by the admin.
+    Voided,
     /// No such reservation for this buyer (or it aged out of its window).
     Unknown,
     InvalidInput(InvalidInput),
@@ -154,6 +156,7 @@ outcome_kinds! {
         Confirmed => "confirmed",
         Expired => "expired",
         Cancelled => "cancelled",
+        Voided => "voided",
         Unknown => "unknown_reservation",
         InvalidInput => "invalid_input",
     }
@@ -169,6 +172,8 @@ pub enum CancelOutcome {
     },
     AlreadyConfirmed,
     AlreadyExpired,
+    /// The order was confirmed, then voided by the admin.
+    Voided,
     Unknown,
 }
 
@@ -178,6 +183,7 @@ outcome_kinds! {
         Cancelled => "cancelled",
         AlreadyConfirmed => "already_confirmed",
         AlreadyExpired => "already_expired",
+        Voided => "voided",
         Unknown => "unknown_reservation",
     }
 }
@@ -201,6 +207,10 @@ pub enum AdminRefusal {
     },
     /// A closed sale stays closed.
     SaleClosed,
+    /// A void names no reservation the gate still knows.
+    UnknownReservation,
+    /// A void of a reservation that is not a confirmed order.
+    NotConfirmed,
 }
 
 outcome_kinds! {
@@ -213,7 +223,18 @@ outcome_kinds! {
         InvalidConfig => "invalid_body",
         BuyerAboveLimit => "buyer_above_limit",
         SaleClosed => "sale_closed",
+        UnknownReservation => "unknown_reservation",
+        NotConfirmed => "not_confirmed",
     }
+}
+
+/// A voided order: its units are back in stock, and the void is on its way
+/// to the origin. Voiding it again returns the same answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Voided {
+    pub reservation_id: ReservationId,
+    pub quantity: u32,
+    pub voided_at_ms: u64,
 }
 
 /// The answer to an outbox acknowledgement.

@@ -3,10 +3,10 @@
 
 use crate::config::limits;
 use crate::gate::{field_ok, Gate};
-use crate::outbox::Outbox;
+use crate::outbox::{Outbox, OutboxEvent};
 use crate::outcome::ReservationId;
 use crate::rows::{Change, ItemKey, MetaRow, ReservationRow, RestoreError, Row, RowKey};
-use crate::store::{HoldState, Paid, Reservation};
+use crate::store::{HoldState, Paid, Reservation, Void};
 
 impl Gate {
     /// The rows to write for everything that changed since the last call, in
@@ -55,6 +55,8 @@ impl Gate {
             payment_ref: paid.map(|p| p.payment_ref.to_string()),
             confirmed_at_ms: paid.map(|p| p.confirmed_at_ms),
             outbox_seq: paid.map(|p| p.outbox_seq),
+            voided_at_ms: paid.and_then(|p| p.void).map(|v| v.voided_at_ms),
+            void_seq: paid.and_then(|p| p.void).map(|v| v.outbox_seq),
         })
     }
 
@@ -139,16 +141,28 @@ impl Gate {
             if known.is_some_and(|slot| gate.store.find_idem(slot, &row.idem_key).is_some()) {
                 return bad("idempotency key used twice");
             }
-            let confirmed = row.state == HoldState::Confirmed;
+            let void = match (row.voided_at_ms, row.void_seq) {
+                (Some(voided_at_ms), Some(outbox_seq)) if row.state == HoldState::Voided => {
+                    Some(Void {
+                        voided_at_ms,
+                        outbox_seq,
+                    })
+                }
+                (None, None) if row.state != HoldState::Voided => None,
+                _ => return bad("void fields disagree with state"),
+            };
             let paid = match (row.payment_ref, row.confirmed_at_ms, row.outbox_seq) {
-                (Some(payment_ref), Some(confirmed_at_ms), Some(outbox_seq)) if confirmed => {
+                (Some(payment_ref), Some(confirmed_at_ms), Some(outbox_seq))
+                    if row.state.paid() =>
+                {
                     Some(Paid {
                         payment_ref: payment_ref.into(),
                         confirmed_at_ms,
                         outbox_seq,
+                        void,
                     })
                 }
-                (None, None, None) if !confirmed => None,
+                (None, None, None) if !row.state.paid() => None,
                 _ => return bad("payment fields disagree with state"),
             };
             let quantity = u64::from(row.quantity);
@@ -163,6 +177,9 @@ impl Gate {
                     gate.live_holds += 1;
                 }
                 HoldState::Confirmed => gate.sold += quantity,
+                // A voided order's units are back in stock: neither held
+                // nor sold, and no longer the buyer's.
+                HoldState::Voided => {}
                 HoldState::Cancelled | HoldState::Expired => {
                     gate.purge
                         .insert((row.expires_at_ms.saturating_add(window), id));
@@ -198,34 +215,51 @@ impl Gate {
                     found: entry.seq,
                 });
             }
-            let matches = gate
-                .store
-                .paid(entry.reservation_id)
-                .is_some_and(|p| p.outbox_seq == entry.seq);
-            if !matches {
+            // Each order and void names its reservation, which must name it
+            // back by the same sequence number.
+            let linked = match &entry.event {
+                OutboxEvent::Stock { stock_total, .. } => *stock_total <= limits::STOCK_UNITS_MAX,
+                OutboxEvent::Order { reservation_id, .. } => gate
+                    .store
+                    .paid(*reservation_id)
+                    .is_some_and(|p| p.outbox_seq == entry.seq),
+                OutboxEvent::Void { reservation_id, .. } => gate
+                    .store
+                    .paid(*reservation_id)
+                    .and_then(|p| p.void)
+                    .is_some_and(|v| v.outbox_seq == entry.seq),
+            };
+            if !linked {
                 return Err(RestoreError::BadReservation(
-                    entry.reservation_id,
-                    "outbox entry without its confirmed reservation",
+                    entry.event.reservation_id().unwrap_or(0),
+                    "outbox entry without its reservation",
                 ));
             }
-            gate.outbox.push(entry);
+            let pushed = gate.outbox.push_restored(entry);
+            debug_assert!(pushed, "the sequence was checked above");
         }
-        // And the other way: every confirmation not yet acked has its entry,
-        // so no stored sale can miss the origin.
+        // And the other way: every order and void not yet acked has its
+        // entry, so no stored sale or refund can miss the origin.
+        let acked = gate.outbox.acked_seq;
         for (id, _) in gate.store.iter() {
             let Some(paid) = gate.store.paid(id) else {
                 continue;
             };
-            let waiting = paid.outbox_seq > gate.outbox.acked_seq;
-            let entry_ok = gate
-                .outbox
-                .get(paid.outbox_seq)
-                .is_some_and(|e| e.reservation_id == id);
-            if waiting && !entry_ok {
-                return Err(RestoreError::BadReservation(
-                    id,
-                    "confirmed reservation without its outbox entry",
-                ));
+            let mut links = vec![(
+                paid.outbox_seq,
+                "confirmed reservation without its outbox entry",
+            )];
+            if let Some(v) = paid.void {
+                links.push((v.outbox_seq, "voided reservation without its outbox entry"));
+            }
+            for (seq, why) in links {
+                let entry_ok = gate
+                    .outbox
+                    .get(seq)
+                    .is_some_and(|e| e.event.reservation_id() == Some(id));
+                if seq > acked && !entry_ok {
+                    return Err(RestoreError::BadReservation(id, why));
+                }
             }
         }
         gate.assert_stock();

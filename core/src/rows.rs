@@ -66,10 +66,13 @@ pub struct ReservationRow {
     pub quantity: u32,
     pub state: HoldState,
     pub expires_at_ms: u64,
-    /// Set exactly when `state` is `Confirmed`.
+    /// Set exactly when `state` is `Confirmed` or `Voided`.
     pub payment_ref: Option<String>,
     pub confirmed_at_ms: Option<u64>,
     pub outbox_seq: Option<u64>,
+    /// Set exactly when `state` is `Voided`.
+    pub voided_at_ms: Option<u64>,
+    pub void_seq: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

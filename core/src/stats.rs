@@ -67,8 +67,8 @@ pub struct Stats {
     /// Buyers who hold or bought at least one unit.
     pub buyers: u64,
     pub outbox_backlog: u64,
-    /// Units in the outbox: sold at the gate, not yet stored at the origin.
-    pub outbox_backlog_units: u64,
+    /// Net units in the outbox: ordered minus voided, not yet at the origin.
+    pub outbox_backlog_units: i64,
     pub outbox_acked_seq: u64,
     pub outbox_attempts: u32,
     pub outbox_retry_at_ms: u64,

@@ -7,8 +7,8 @@
 //!   handed out in sequence and age out roughly in sequence, so the deque is
 //!   dense and needs no hash table.
 //! - A confirmed reservation moves to a hash map, because it is kept for the
-//!   life of the product and would otherwise pin the deque's front. There are
-//!   at most `stock_total` of them.
+//!   life of the product and would otherwise pin the deque's front. It stays
+//!   there if it is voided.
 //! - The idempotency index stores only the reservation id. The key it is
 //!   looked up by, `(buyer slot, idem_key)`, is read back from the record, so
 //!   no key string is stored twice.
@@ -23,35 +23,53 @@ use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 use crate::buyers::BuyerSlot;
 use crate::outcome::ReservationId;
 
-/// The life of a reservation: `Held -> Confirmed | Cancelled | Expired`,
-/// and nothing after that (I4).
+/// The life of a reservation: `Held -> Confirmed | Cancelled | Expired`
+/// (I4), and then only `Confirmed -> Voided`, an admin's refund.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HoldState {
     Held,
     Confirmed,
     Cancelled,
     Expired,
+    Voided,
 }
 
 impl HoldState {
+    pub const ALL: [HoldState; 5] = [
+        HoldState::Held,
+        HoldState::Confirmed,
+        HoldState::Cancelled,
+        HoldState::Expired,
+        HoldState::Voided,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             HoldState::Held => "held",
             HoldState::Confirmed => "confirmed",
             HoldState::Cancelled => "cancelled",
             HoldState::Expired => "expired",
+            HoldState::Voided => "voided",
         }
     }
 
     pub fn parse(s: &str) -> Option<HoldState> {
-        match s {
-            "held" => Some(HoldState::Held),
-            "confirmed" => Some(HoldState::Confirmed),
-            "cancelled" => Some(HoldState::Cancelled),
-            "expired" => Some(HoldState::Expired),
-            _ => None,
-        }
+        HoldState::ALL.into_iter().find(|h| h.as_str() == s)
     }
+
+    /// Whether a record in this state was paid, and so carries payment data
+    /// and lives in the confirmed table.
+    pub fn paid(self) -> bool {
+        matches!(self, HoldState::Confirmed | HoldState::Voided)
+    }
+}
+
+/// What a void adds to a confirmed reservation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Void {
+    pub voided_at_ms: u64,
+    /// The outbox entry that forwards the void to the origin.
+    pub outbox_seq: u64,
 }
 
 /// What a confirmation adds to a reservation. Kept only in the confirmed
@@ -61,6 +79,8 @@ pub(crate) struct Paid {
     pub payment_ref: Box<str>,
     pub confirmed_at_ms: u64,
     pub outbox_seq: u64,
+    /// Set once the order is voided.
+    pub void: Option<Void>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -134,9 +154,24 @@ impl Store {
         }
     }
 
-    /// The payment of a confirmed record.
+    /// The payment of a confirmed (or voided) record.
     pub fn paid(&self, id: ReservationId) -> Option<&Paid> {
         self.confirmed.get(&id).map(|s| &s.paid)
+    }
+
+    /// Records a confirmed record's void.
+    pub fn void(&mut self, id: ReservationId, void: Void) {
+        let sold = self
+            .confirmed
+            .get_mut(&id)
+            .expect("a voided record was confirmed");
+        assert_eq!(
+            sold.r.state,
+            HoldState::Confirmed,
+            "only a confirmed order is voided"
+        );
+        sold.r.state = HoldState::Voided;
+        sold.paid.void = Some(void);
     }
 
     /// The reservation this buyer made with this idempotency key, if it is
@@ -157,7 +192,7 @@ impl Store {
     /// caller has checked with `find_idem` that the key is new.
     pub fn insert(&mut self, id: ReservationId, r: Reservation, paid: Option<Paid>) {
         let hash = Self::idem_hash(&self.hasher, r.buyer, &r.idem_key);
-        assert_eq!(paid.is_some(), r.state == HoldState::Confirmed);
+        assert_eq!(paid.is_some(), r.state.paid());
         if let Some(paid) = paid {
             let fresh = self.confirmed.insert(id, Sold { r, paid }).is_none();
             assert!(fresh, "reservation {id} inserted twice");
@@ -250,7 +285,7 @@ impl Store {
                 return Err(format!("store: record {id} is not found by its key"));
             }
             let in_confirmed = self.confirmed.contains_key(&id);
-            if in_confirmed != (r.state == HoldState::Confirmed) {
+            if in_confirmed != r.state.paid() {
                 return Err(format!("store: record {id} is in the wrong table"));
             }
         }

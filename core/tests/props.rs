@@ -164,7 +164,7 @@ proptest! {
     /// each step) and each operation's own property.
     #[test]
     fn operations_keep_invariants((cfg, stock) in config(), ops in prop::collection::vec(op(), 1..120)) {
-        let mut g = Gate::new(cfg, stock).unwrap();
+        let mut g = Gate::new(0, cfg, stock).unwrap();
         let mut now = 0;
         for op in &ops {
             apply(&mut g, &mut now, op)?;
@@ -175,7 +175,7 @@ proptest! {
     /// unit not sold is available again.
     #[test]
     fn expiry_returns_every_held_unit((cfg, stock) in config(), ops in prop::collection::vec(op(), 1..80)) {
-        let mut g = Gate::new(cfg.clone(), stock).unwrap();
+        let mut g = Gate::new(0, cfg.clone(), stock).unwrap();
         let mut now = 0;
         for op in &ops {
             apply(&mut g, &mut now, op)?;
@@ -192,7 +192,7 @@ proptest! {
     /// answers exactly as the original would.
     #[test]
     fn restore_is_identical((cfg, stock) in config(), ops in prop::collection::vec(op(), 1..100), tail in prop::collection::vec(op(), 1..30)) {
-        let mut g = Gate::new(cfg, stock).unwrap();
+        let mut g = Gate::new(0, cfg, stock).unwrap();
         let mut storage = std::collections::BTreeMap::new();
         let mut now = 0;
         for op in &ops {
@@ -219,7 +219,7 @@ proptest! {
     /// still in the outbox is every confirmation.
     #[test]
     fn outbox_loses_nothing(n in 1usize..40, steps in prop::collection::vec((0u8..4, 1usize..8, any::<u64>()), 1..200)) {
-        let mut g = Gate::new(Config { per_buyer_max: 1, quantity_max: 1, ..Config::default() }, n as u64).unwrap();
+        let mut g = Gate::new(0, Config { per_buyer_max: 1, quantity_max: 1, ..Config::default() }, n as u64).unwrap();
         for i in 0..n {
             let b = format!("b{i}");
             let ReserveOutcome::Reserved { reservation_id, .. } = g.reserve(0, &b, "k", 1) else {
@@ -239,7 +239,7 @@ proptest! {
                         // Batches start right after the last ack, in order.
                         prop_assert_eq!(got[0].seq, acked.len() as u64 + 1);
                         prop_assert!(got.windows(2).all(|w| w[1].seq == w[0].seq + 1));
-                        out = got.iter().map(|e| e.reservation_id).collect();
+                        out = got.iter().map(|e| e.seq).collect();
                     }
                 }
                 1 => {
@@ -259,8 +259,10 @@ proptest! {
                 _ => now += (seed % 70_000) + 1,
             }
         }
+        // The product's creation is the first event (its stock), then one
+        // order per confirmation.
         let pending = g.stats(now).outbox_backlog as usize;
-        prop_assert_eq!(acked.len() + pending, n);
+        prop_assert_eq!(acked.len() + pending, n + 1);
         let want: Vec<u64> = (1..=acked.len() as u64).collect();
         prop_assert_eq!(acked, want);
     }

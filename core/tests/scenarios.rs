@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 
 use expect_test::{expect, Expect};
-use flashgate_core::{Change, Config, Gate, Mode, Row, RowKey};
+use flashgate_core::{Change, Config, Gate, Mode, OutboxEvent, Row, RowKey};
 
 fn parse_config(line: &str) -> (Config, u64) {
     let mut c = Config {
@@ -80,16 +80,35 @@ impl Harness {
             "state" => format!("{:?}", g.reservation(now, num(1), w[2]).map(|v| v.state)),
             "poll" => {
                 let batch = g.poll_outbox(now, num(1) as usize);
-                let ids: Vec<u64> = batch.iter().map(|e| e.reservation_id).collect();
-                format!("{ids:?}")
+                let events: Vec<String> = batch
+                    .iter()
+                    .map(|e| match &e.event {
+                        OutboxEvent::Stock { stock_total, .. } => {
+                            format!("{}:stock {stock_total}", e.seq)
+                        }
+                        OutboxEvent::Order { reservation_id, .. } => {
+                            format!("{}:order {reservation_id}", e.seq)
+                        }
+                        OutboxEvent::Void { reservation_id, .. } => {
+                            format!("{}:void {reservation_id}", e.seq)
+                        }
+                    })
+                    .collect();
+                format!("{events:?}")
             }
+            "void" => format!("{:?}", g.void(now, num(1))),
             "ack" => format!("{:?}", g.ack_outbox(num(1))),
             "nack" => format!("{:?}", g.nack_outbox(now, num(1))),
             "stats" => {
                 let s = g.stats(now);
                 format!(
-                    "available={} held={} sold={} live={} backlog={}",
-                    s.available, s.held, s.sold, s.live_holds, s.outbox_backlog
+                    "available={} held={} sold={} live={} backlog={} backlog_units={}",
+                    s.available,
+                    s.held,
+                    s.sold,
+                    s.live_holds,
+                    s.outbox_backlog,
+                    s.outbox_backlog_units
                 )
             }
             "restore" => {
@@ -109,7 +128,7 @@ impl Harness {
 /// with `want`. The audit runs after every step.
 fn check(config: &str, script: &str, want: Expect) {
     let (config, stock) = parse_config(config);
-    let gate = Gate::new(config, stock).expect("valid scenario config");
+    let gate = Gate::new(0, config, stock).expect("valid scenario config");
     let mut h = Harness {
         gate,
         storage: BTreeMap::new(),
@@ -148,7 +167,7 @@ fn confirm_after_expiry_is_refused_and_the_units_are_back() {
         expect![[r#"
             0 reserve alice k1 2 -> Reserved { reservation_id: 1, expires_at_ms: 1000, quantity: 2 }
             1200 confirm 1 alice pay-1 -> Expired
-            1200 stats -> available=10 held=0 sold=0 live=0 backlog=0
+            1200 stats -> available=10 held=0 sold=0 live=0 backlog=1 backlog_units=0
             # After the idempotency window the reservation is forgotten.
             1500 confirm 1 alice pay-1 -> Unknown
         "#]],
@@ -171,10 +190,10 @@ fn confirm_at_exactly_the_expiry_instant_is_refused_before_it_succeeds() {
         expect![[r#"
             0 reserve alice k1 1 -> Reserved { reservation_id: 1, expires_at_ms: 1000, quantity: 1 }
             0 reserve bob k1 1 -> Reserved { reservation_id: 2, expires_at_ms: 1000, quantity: 1 }
-            999 confirm 1 alice pay-1 -> Confirmed(Confirmation { reservation_id: 1, quantity: 1, payment_ref: "pay-1", confirmed_at_ms: 999, outbox_seq: 1 })
+            999 confirm 1 alice pay-1 -> Confirmed(Confirmation { reservation_id: 1, quantity: 1, payment_ref: "pay-1", confirmed_at_ms: 999, outbox_seq: 2 })
             # No timeout was handled: the confirm itself sees the deadline.
             1000 confirm 2 bob pay-2 -> Expired
-            1000 stats -> available=9 held=0 sold=1 live=0 backlog=1
+            1000 stats -> available=9 held=0 sold=1 live=0 backlog=2 backlog_units=1
         "#]],
     );
 }
@@ -194,11 +213,11 @@ fn double_confirm_returns_the_same_data() {
         ",
         expect![[r#"
             0 reserve alice k1 1 -> Reserved { reservation_id: 1, expires_at_ms: 1000, quantity: 1 }
-            10 confirm 1 alice pay-1 -> Confirmed(Confirmation { reservation_id: 1, quantity: 1, payment_ref: "pay-1", confirmed_at_ms: 10, outbox_seq: 1 })
-            20 confirm 1 alice pay-2 -> Confirmed(Confirmation { reservation_id: 1, quantity: 1, payment_ref: "pay-1", confirmed_at_ms: 10, outbox_seq: 1 })
+            10 confirm 1 alice pay-1 -> Confirmed(Confirmation { reservation_id: 1, quantity: 1, payment_ref: "pay-1", confirmed_at_ms: 10, outbox_seq: 2 })
+            20 confirm 1 alice pay-2 -> Confirmed(Confirmation { reservation_id: 1, quantity: 1, payment_ref: "pay-1", confirmed_at_ms: 10, outbox_seq: 2 })
             20 restore -> restored
-            30 confirm 1 alice pay-1 -> Confirmed(Confirmation { reservation_id: 1, quantity: 1, payment_ref: "pay-1", confirmed_at_ms: 10, outbox_seq: 1 })
-            30 stats -> available=9 held=0 sold=1 live=0 backlog=1
+            30 confirm 1 alice pay-1 -> Confirmed(Confirmation { reservation_id: 1, quantity: 1, payment_ref: "pay-1", confirmed_at_ms: 10, outbox_seq: 2 })
+            30 stats -> available=9 held=0 sold=1 live=0 backlog=2 backlog_units=1
         "#]],
     );
 }
@@ -222,12 +241,12 @@ fn cancel_after_confirm_is_refused_cancel_twice_is_idempotent() {
         expect![[r#"
             0 reserve alice k1 1 -> Reserved { reservation_id: 1, expires_at_ms: 1000, quantity: 1 }
             0 reserve alice k2 2 -> Reserved { reservation_id: 2, expires_at_ms: 1000, quantity: 2 }
-            5 confirm 1 alice p -> Confirmed(Confirmation { reservation_id: 1, quantity: 1, payment_ref: "p", confirmed_at_ms: 5, outbox_seq: 1 })
+            5 confirm 1 alice p -> Confirmed(Confirmation { reservation_id: 1, quantity: 1, payment_ref: "p", confirmed_at_ms: 5, outbox_seq: 2 })
             6 cancel 1 alice -> AlreadyConfirmed
             7 cancel 2 alice -> Cancelled { quantity: 2 }
             8 cancel 2 alice -> Cancelled { quantity: 2 }
             8 confirm 2 alice p -> Cancelled
-            8 stats -> available=9 held=0 sold=1 live=0 backlog=1
+            8 stats -> available=9 held=0 sold=1 live=0 backlog=2 backlog_units=1
             2000 cancel 1 alice -> AlreadyConfirmed
         "#]],
     );
@@ -250,7 +269,7 @@ fn a_replay_with_a_different_body_is_a_conflict_keys_are_per_buyer() {
             1 reserve alice k1 2 -> IdempotencyConflict { reservation_id: 1 }
             2 reserve alice k1 1 -> Replayed { reservation_id: 1, expires_at_ms: 1000, quantity: 1 }
             3 reserve bob k1 1 -> Reserved { reservation_id: 2, expires_at_ms: 1003, quantity: 1 }
-            3 stats -> available=8 held=2 sold=0 live=2 backlog=0
+            3 stats -> available=8 held=2 sold=0 live=2 backlog=1 backlog_units=0
         "#]],
     );
 }
@@ -296,7 +315,7 @@ fn quantity_zero_above_quantity_max_and_above_available() {
             0 reserve alice k1 0 -> InvalidQuantity { quantity_max: 4 }
             0 reserve alice k2 5 -> InvalidQuantity { quantity_max: 4 }
             0 reserve alice k3 4 -> InsufficientStock { available: 3 }
-            0 stats -> available=3 held=0 sold=0 live=0 backlog=0
+            0 stats -> available=3 held=0 sold=0 live=0 backlog=1 backlog_units=0
             0 reserve alice k4 3 -> Reserved { reservation_id: 1, expires_at_ms: 1000, quantity: 3 }
             0 reserve bob k1 1 -> SoldOut
         "#]],
@@ -324,7 +343,7 @@ fn a_sale_not_yet_open_then_open_then_past_its_window() {
             7500 reserve bob k1 1 -> Reserved { reservation_id: 2, expires_at_ms: 8500, quantity: 1 }
             8000 reserve alice k2 1 -> Closed
             # A hold made in the window can still be paid after it closes.
-            8100 confirm 2 bob p -> Confirmed(Confirmation { reservation_id: 2, quantity: 1, payment_ref: "p", confirmed_at_ms: 8100, outbox_seq: 1 })
+            8100 confirm 2 bob p -> Confirmed(Confirmation { reservation_id: 2, quantity: 1, payment_ref: "p", confirmed_at_ms: 8100, outbox_seq: 2 })
         "#]],
     );
 }
@@ -350,7 +369,7 @@ fn an_admin_close_is_final_a_pause_is_not() {
             0 reserve alice k1 1 -> Reserved { reservation_id: 1, expires_at_ms: 1000, quantity: 1 }
             1 pause -> Ok(())
             2 reserve alice k2 1 -> Paused
-            3 confirm 1 alice p -> Confirmed(Confirmation { reservation_id: 1, quantity: 1, payment_ref: "p", confirmed_at_ms: 3, outbox_seq: 1 })
+            3 confirm 1 alice p -> Confirmed(Confirmation { reservation_id: 1, quantity: 1, payment_ref: "p", confirmed_at_ms: 3, outbox_seq: 2 })
             4 resume -> Ok(())
             5 reserve alice k3 1 -> Reserved { reservation_id: 2, expires_at_ms: 1005, quantity: 1 }
             6 close -> Ok(())
@@ -385,7 +404,7 @@ fn per_buyer_max_holds_across_several_reservations() {
             0 reserve alice k2 2 -> BuyerLimitReached { remaining: 1 }
             0 reserve alice k3 1 -> Reserved { reservation_id: 2, expires_at_ms: 1000, quantity: 1 }
             0 reserve alice k4 1 -> BuyerLimitReached { remaining: 0 }
-            1 confirm 2 alice p -> Confirmed(Confirmation { reservation_id: 2, quantity: 1, payment_ref: "p", confirmed_at_ms: 1, outbox_seq: 1 })
+            1 confirm 2 alice p -> Confirmed(Confirmation { reservation_id: 2, quantity: 1, payment_ref: "p", confirmed_at_ms: 1, outbox_seq: 2 })
             # A confirmed unit still counts; a cancelled hold frees its units.
             2 cancel 1 alice -> Cancelled { quantity: 2 }
             3 reserve alice k5 2 -> Reserved { reservation_id: 3, expires_at_ms: 1003, quantity: 2 }
@@ -410,7 +429,7 @@ fn expiry_restocks_exactly_the_held_units_driven_by_timeouts() {
         200 next
         200 poll 10
         200 next
-        200 ack 1
+        200 ack 2
         999 timeout
         1000 timeout
         1000 stats
@@ -425,17 +444,17 @@ fn expiry_restocks_exactly_the_held_units_driven_by_timeouts() {
             0 reserve alice k1 2 -> Reserved { reservation_id: 1, expires_at_ms: 1000, quantity: 2 }
             100 reserve bob k1 3 -> Reserved { reservation_id: 2, expires_at_ms: 1100, quantity: 3 }
             200 reserve carol k1 1 -> Reserved { reservation_id: 3, expires_at_ms: 1200, quantity: 1 }
-            200 confirm 3 carol p -> Confirmed(Confirmation { reservation_id: 3, quantity: 1, payment_ref: "p", confirmed_at_ms: 200, outbox_seq: 1 })
+            200 confirm 3 carol p -> Confirmed(Confirmation { reservation_id: 3, quantity: 1, payment_ref: "p", confirmed_at_ms: 200, outbox_seq: 2 })
             200 next -> Some(0)
-            200 poll 10 -> [3]
+            200 poll 10 -> ["1:stock 10", "2:order 3"]
             200 next -> Some(1000)
-            200 ack 1 -> Acked { entries: 1 }
+            200 ack 2 -> Acked { entries: 2 }
             999 timeout -> expired 0
             1000 timeout -> expired 1
-            1000 stats -> available=6 held=3 sold=1 live=1 backlog=0
+            1000 stats -> available=6 held=3 sold=1 live=1 backlog=0 backlog_units=0
             1000 timeout -> expired 0
             1100 timeout -> expired 1
-            1100 stats -> available=9 held=0 sold=1 live=0 backlog=0
+            1100 stats -> available=9 held=0 sold=1 live=0 backlog=0 backlog_units=0
             # The tombstones age out after the window: nothing is left to do.
             1600 timeout -> expired 0
             1600 next -> None
@@ -463,12 +482,12 @@ fn a_total_below_held_plus_sold_is_refused() {
         ",
         expect![[r#"
             0 reserve alice k1 3 -> Reserved { reservation_id: 1, expires_at_ms: 1000, quantity: 3 }
-            1 confirm 1 alice p -> Confirmed(Confirmation { reservation_id: 1, quantity: 3, payment_ref: "p", confirmed_at_ms: 1, outbox_seq: 1 })
+            1 confirm 1 alice p -> Confirmed(Confirmation { reservation_id: 1, quantity: 3, payment_ref: "p", confirmed_at_ms: 1, outbox_seq: 2 })
             2 reserve bob k1 2 -> Reserved { reservation_id: 2, expires_at_ms: 1002, quantity: 2 }
             3 total 4 -> Err(BelowCommitted { committed: 5 })
-            3 stats -> available=5 held=2 sold=3 live=1 backlog=1
+            3 stats -> available=5 held=2 sold=3 live=1 backlog=2 backlog_units=3
             4 total 5 -> Ok(())
-            4 stats -> available=0 held=2 sold=3 live=1 backlog=1
+            4 stats -> available=0 held=2 sold=3 live=1 backlog=3 backlog_units=3
             5 reserve carol k1 1 -> SoldOut
             6 add 2 -> Ok(())
             6 reserve carol k1 1 -> Reserved { reservation_id: 3, expires_at_ms: 1006, quantity: 1 }
@@ -524,7 +543,7 @@ fn unknown_reservations_and_another_buyer_s_reservation() {
             0 reserve alice k1 1 -> Reserved { reservation_id: 1, expires_at_ms: 1000, quantity: 1 }
             1 confirm 1 mallory p -> Unknown
             1 cancel 1 mallory -> Unknown
-            1 stats -> available=9 held=1 sold=0 live=1 backlog=0
+            1 stats -> available=9 held=1 sold=0 live=1 backlog=1 backlog_units=0
         "#]],
     );
 }
@@ -552,8 +571,8 @@ fn the_outbox_redelivers_after_a_nack_never_after_an_ack() {
         602 ack 2
         602 ack 2
         603 poll 5
+        603 ack 5
         603 ack 4
-        603 ack 3
         604 poll 5
         604 stats
         ",
@@ -561,24 +580,24 @@ fn the_outbox_redelivers_after_a_nack_never_after_an_ack() {
             0 reserve alice k1 1 -> Reserved { reservation_id: 1, expires_at_ms: 1000, quantity: 1 }
             0 reserve bob k1 1 -> Reserved { reservation_id: 2, expires_at_ms: 1000, quantity: 1 }
             0 reserve carol k1 1 -> Reserved { reservation_id: 3, expires_at_ms: 1000, quantity: 1 }
-            1 confirm 1 alice p -> Confirmed(Confirmation { reservation_id: 1, quantity: 1, payment_ref: "p", confirmed_at_ms: 1, outbox_seq: 1 })
-            1 confirm 2 bob p -> Confirmed(Confirmation { reservation_id: 2, quantity: 1, payment_ref: "p", confirmed_at_ms: 1, outbox_seq: 2 })
-            1 confirm 3 carol p -> Confirmed(Confirmation { reservation_id: 3, quantity: 1, payment_ref: "p", confirmed_at_ms: 1, outbox_seq: 3 })
-            2 poll 2 -> [1, 2]
+            1 confirm 1 alice p -> Confirmed(Confirmation { reservation_id: 1, quantity: 1, payment_ref: "p", confirmed_at_ms: 1, outbox_seq: 2 })
+            1 confirm 2 bob p -> Confirmed(Confirmation { reservation_id: 2, quantity: 1, payment_ref: "p", confirmed_at_ms: 1, outbox_seq: 3 })
+            1 confirm 3 carol p -> Confirmed(Confirmation { reservation_id: 3, quantity: 1, payment_ref: "p", confirmed_at_ms: 1, outbox_seq: 4 })
+            2 poll 2 -> ["1:stock 10", "2:order 1"]
             2 poll 2 -> []
             3 nack 7 -> true
             3 poll 2 -> []
-            600 poll 2 -> [1, 2]
+            600 poll 2 -> ["1:stock 10", "2:order 1"]
             601 restore -> restored
             # The lease was not persisted: the batch goes out again.
-            601 poll 5 -> [1, 2, 3]
+            601 poll 5 -> ["1:stock 10", "2:order 1", "3:order 2", "4:order 3"]
             602 ack 2 -> Acked { entries: 2 }
             602 ack 2 -> Stale
-            603 poll 5 -> [3]
-            603 ack 4 -> NotHandedOut
-            603 ack 3 -> Acked { entries: 1 }
+            603 poll 5 -> ["3:order 2", "4:order 3"]
+            603 ack 5 -> NotHandedOut
+            603 ack 4 -> Acked { entries: 2 }
             604 poll 5 -> []
-            604 stats -> available=7 held=0 sold=3 live=0 backlog=0
+            604 stats -> available=7 held=0 sold=3 live=0 backlog=0 backlog_units=0
         "#]],
     );
 }
@@ -598,11 +617,65 @@ fn a_lapsed_lease_hands_the_batch_out_again() {
         ",
         expect![[r#"
             0 reserve alice k1 1 -> Reserved { reservation_id: 1, expires_at_ms: 1000, quantity: 1 }
-            1 confirm 1 alice p -> Confirmed(Confirmation { reservation_id: 1, quantity: 1, payment_ref: "p", confirmed_at_ms: 1, outbox_seq: 1 })
-            2 poll 1 -> [1]
+            1 confirm 1 alice p -> Confirmed(Confirmation { reservation_id: 1, quantity: 1, payment_ref: "p", confirmed_at_ms: 1, outbox_seq: 2 })
+            2 poll 1 -> ["1:stock 10"]
             2 next -> Some(30002)
             30001 poll 1 -> []
-            30002 poll 1 -> [1]
+            30002 poll 1 -> ["1:stock 10"]
+        "#]],
+    );
+}
+
+/// A void refunds a confirmed order: the units come back, the buyer may buy
+/// again, and the void follows the order through the outbox; a restock
+/// travels the outbox too.
+#[test]
+fn a_void_returns_the_units_and_travels_the_outbox_after_its_order() {
+    check(
+        "stock=3 per_buyer_max=2",
+        "
+        0 reserve alice k1 2
+        1 void 1
+        1 confirm 1 alice pay-1
+        2 reserve bob k1 1
+        3 reserve carol k1 1
+        4 void 1
+        4 stats
+        4 void 1
+        5 confirm 1 alice pay-1
+        5 cancel 1 alice
+        5 state 1 alice
+        6 reserve alice k2 2
+        7 add 2
+        8 void 99
+        8 poll 10
+        9 restore
+        9 poll 10
+        9 ack 4
+        10 poll 10
+        11 stats
+        ",
+        expect![[r#"
+            0 reserve alice k1 2 -> Reserved { reservation_id: 1, expires_at_ms: 1000, quantity: 2 }
+            1 void 1 -> Err(NotConfirmed)
+            1 confirm 1 alice pay-1 -> Confirmed(Confirmation { reservation_id: 1, quantity: 2, payment_ref: "pay-1", confirmed_at_ms: 1, outbox_seq: 2 })
+            2 reserve bob k1 1 -> Reserved { reservation_id: 2, expires_at_ms: 1002, quantity: 1 }
+            3 reserve carol k1 1 -> SoldOut
+            4 void 1 -> Ok(Voided { reservation_id: 1, quantity: 2, voided_at_ms: 4 })
+            4 stats -> available=2 held=1 sold=0 live=1 backlog=3 backlog_units=0
+            4 void 1 -> Ok(Voided { reservation_id: 1, quantity: 2, voided_at_ms: 4 })
+            5 confirm 1 alice pay-1 -> Voided
+            5 cancel 1 alice -> Voided
+            5 state 1 alice -> Some(Voided)
+            6 reserve alice k2 2 -> Reserved { reservation_id: 3, expires_at_ms: 1006, quantity: 2 }
+            7 add 2 -> Ok(())
+            8 void 99 -> Err(UnknownReservation)
+            8 poll 10 -> ["1:stock 3", "2:order 1", "3:void 1", "4:stock 5"]
+            9 restore -> restored
+            9 poll 10 -> ["1:stock 3", "2:order 1", "3:void 1", "4:stock 5"]
+            9 ack 4 -> Acked { entries: 4 }
+            10 poll 10 -> []
+            11 stats -> available=2 held=3 sold=0 live=2 backlog=0 backlog_units=0
         "#]],
     );
 }

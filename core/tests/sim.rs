@@ -23,8 +23,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use flashgate_core::{
     backoff_ms, limits, splitmix64, AckOutcome, AdminRefusal, CancelOutcome, Change, Config,
-    ConfirmOutcome, Gate, HoldState, InvalidInput, ItemKey, Mode, Phase, ReserveOutcome, Row,
-    RowKey,
+    ConfirmOutcome, Gate, HoldState, InvalidInput, ItemKey, Mode, OutboxEvent, Phase,
+    ReserveOutcome, Row, RowKey, Voided,
 };
 
 /// A tiny deterministic generator: the core's splitmix64. The test needs no
@@ -63,6 +63,23 @@ struct MRes {
     payment_ref: Option<String>,
     confirmed_at: u64,
     seq: u64,
+    voided_at: u64,
+}
+
+/// An outbox event as the model sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MEvent {
+    Stock(u64),
+    Order(u64),
+    Void(u64),
+}
+
+fn project(e: &OutboxEvent) -> MEvent {
+    match e {
+        OutboxEvent::Stock { stock_total, .. } => MEvent::Stock(*stock_total),
+        OutboxEvent::Order { reservation_id, .. } => MEvent::Order(*reservation_id),
+        OutboxEvent::Void { reservation_id, .. } => MEvent::Void(*reservation_id),
+    }
 }
 
 struct Model {
@@ -71,8 +88,8 @@ struct Model {
     total: u64,
     next_id: u64,
     res: Vec<MRes>,
-    /// Unacked confirmations: (seq, reservation id).
-    outbox: Vec<(u64, u64)>,
+    /// Unacked events: (seq, event).
+    outbox: Vec<(u64, MEvent)>,
     acked: u64,
     attempts: u32,
     retry_at: u64,
@@ -114,7 +131,52 @@ impl Model {
         });
     }
     fn unconfirmed(&self) -> impl Iterator<Item = &MRes> {
-        self.res.iter().filter(|r| r.state != HoldState::Confirmed)
+        self.res.iter().filter(|r| !r.state.paid())
+    }
+
+    fn next_seq(&self) -> u64 {
+        self.acked + self.outbox.len() as u64 + 1
+    }
+
+    fn emit(&mut self, e: MEvent) -> u64 {
+        let seq = self.next_seq();
+        self.outbox.push((seq, e));
+        seq
+    }
+
+    fn void(&mut self, now: u64, id: u64) -> Result<Voided, AdminRefusal> {
+        self.settle(now);
+        let seq = self.next_seq();
+        let Some(r) = self.res.iter_mut().find(|r| r.id == id) else {
+            return Err(AdminRefusal::UnknownReservation);
+        };
+        match r.state {
+            HoldState::Voided => {}
+            HoldState::Confirmed => {
+                r.state = HoldState::Voided;
+                r.voided_at = now;
+                self.outbox.push((seq, MEvent::Void(id)));
+            }
+            _ => return Err(AdminRefusal::NotConfirmed),
+        }
+        let r = self.res.iter().find(|r| r.id == id).unwrap();
+        Ok(Voided {
+            reservation_id: id,
+            quantity: r.qty,
+            voided_at_ms: r.voided_at,
+        })
+    }
+
+    fn backlog_units(&self) -> i64 {
+        let qty = |id: &u64| i64::from(self.res.iter().find(|r| r.id == *id).unwrap().qty);
+        self.outbox
+            .iter()
+            .map(|(_, e)| match e {
+                MEvent::Stock(_) => 0,
+                MEvent::Order(id) => qty(id),
+                MEvent::Void(id) => -qty(id),
+            })
+            .sum()
     }
 
     fn reserve(&mut self, now: u64, buyer: &str, key: &str, qty: u32) -> ReserveOutcome {
@@ -189,6 +251,7 @@ impl Model {
             payment_ref: None,
             confirmed_at: 0,
             seq: 0,
+            voided_at: 0,
         });
         ReserveOutcome::Reserved {
             reservation_id: id,
@@ -202,20 +265,21 @@ impl Model {
         if pref.is_empty() || pref.len() > limits::PAYMENT_REF_BYTES_MAX {
             return ConfirmOutcome::InvalidInput(InvalidInput::PaymentRef);
         }
-        let next_seq = self.acked + self.outbox.len() as u64 + 1;
+        let next_seq = self.next_seq();
         let Some(r) = self.res.iter_mut().find(|r| r.id == id && r.buyer == buyer) else {
             return ConfirmOutcome::Unknown;
         };
         match r.state {
             HoldState::Cancelled => return ConfirmOutcome::Cancelled,
             HoldState::Expired => return ConfirmOutcome::Expired,
+            HoldState::Voided => return ConfirmOutcome::Voided,
             HoldState::Confirmed => {}
             HoldState::Held => {
                 r.state = HoldState::Confirmed;
                 r.payment_ref = Some(pref.into());
                 r.confirmed_at = now;
                 r.seq = next_seq;
-                self.outbox.push((next_seq, id));
+                self.outbox.push((next_seq, MEvent::Order(id)));
             }
         }
         ConfirmOutcome::Confirmed(flashgate_core::Confirmation {
@@ -234,6 +298,7 @@ impl Model {
         };
         match r.state {
             HoldState::Confirmed => CancelOutcome::AlreadyConfirmed,
+            HoldState::Voided => CancelOutcome::Voided,
             HoldState::Expired => CancelOutcome::AlreadyExpired,
             HoldState::Cancelled => CancelOutcome::Cancelled { quantity: r.qty },
             HoldState::Held => {
@@ -310,7 +375,7 @@ impl Sim {
             }
         }
         let total = rng.range(0, 40);
-        let gate = Gate::new(config.clone(), total).expect("valid config");
+        let gate = Gate::new(now, config.clone(), total).expect("valid config");
         let buyers = (0..rng.range(2, 30))
             .map(|i| format!("buyer-{i}"))
             .collect();
@@ -320,7 +385,8 @@ impl Sim {
             total,
             next_id: 1,
             res: Vec::new(),
-            outbox: Vec::new(),
+            // A new product's first event tells the origin its total.
+            outbox: vec![(1, MEvent::Stock(total))],
             acked: 0,
             attempts: 0,
             retry_at: 0,
@@ -478,7 +544,7 @@ impl Sim {
                         m.lease = None;
                     }
                 }
-                let want: Vec<(u64, u64)> =
+                let want: Vec<(u64, MEvent)> =
                     if m.lease.is_some() || m.outbox.is_empty() || self.now < m.retry_at {
                         Vec::new()
                     } else {
@@ -486,23 +552,42 @@ impl Sim {
                         m.lease = Some((m.acked + n as u64, self.now + limits::OUTBOX_LEASE_MS));
                         m.outbox[..n].to_vec()
                     };
-                let got_ids: Vec<(u64, u64)> =
-                    got.iter().map(|e| (e.seq, e.reservation_id)).collect();
-                desc = format!("poll_outbox({batch}) -> {got_ids:?}");
-                assert_eq!(got_ids, want, "{desc}");
+                let got_events: Vec<(u64, MEvent)> =
+                    got.iter().map(|e| (e.seq, project(&e.event))).collect();
+                desc = format!("poll_outbox({batch}) -> {got_events:?}");
+                assert_eq!(got_events, want, "{desc}");
                 for e in &got {
-                    let r = m.res.iter().find(|r| r.id == e.reservation_id).unwrap();
-                    assert_eq!(
-                        (&*e.buyer, e.quantity, &*e.payment_ref, e.confirmed_at_ms),
-                        (
-                            r.buyer.as_str(),
-                            r.qty,
-                            r.payment_ref.as_deref().unwrap(),
-                            r.confirmed_at
-                        ),
-                        "outbox entry {} carries the confirmation",
-                        e.seq
-                    );
+                    match &e.event {
+                        OutboxEvent::Order {
+                            reservation_id,
+                            buyer,
+                            quantity,
+                            payment_ref,
+                            confirmed_at_ms,
+                        } => {
+                            let r = m.res.iter().find(|r| r.id == *reservation_id).unwrap();
+                            assert_eq!(
+                                (&**buyer, *quantity, &**payment_ref, *confirmed_at_ms),
+                                (
+                                    r.buyer.as_str(),
+                                    r.qty,
+                                    r.payment_ref.as_deref().unwrap(),
+                                    r.confirmed_at
+                                ),
+                                "outbox entry {} carries the confirmation",
+                                e.seq
+                            );
+                        }
+                        OutboxEvent::Void {
+                            reservation_id,
+                            quantity,
+                            voided_at_ms,
+                        } => {
+                            let r = m.res.iter().find(|r| r.id == *reservation_id).unwrap();
+                            assert_eq!((*quantity, *voided_at_ms), (r.qty, r.voided_at));
+                        }
+                        OutboxEvent::Stock { .. } => {}
+                    }
                 }
             }
             82..=86 => {
@@ -606,12 +691,15 @@ impl Sim {
         self.model.settle(now);
         let m = &mut self.model;
         let committed = m.units(HoldState::Held) + m.units(HoldState::Confirmed);
-        match self.rng.below(6) {
+        match self.rng.below(7) {
             0 => {
                 let n = self.rng.range(0, 10);
                 let got = self.gate.add_units(now, n);
                 assert_eq!(got, Ok(()));
-                m.total += n;
+                if n > 0 {
+                    m.total += n;
+                    m.emit(MEvent::Stock(m.total));
+                }
                 format!("add_units({n})")
             }
             1 => {
@@ -620,11 +708,32 @@ impl Sim {
                 let want = if t < committed {
                     Err(AdminRefusal::BelowCommitted { committed })
                 } else {
-                    m.total = t;
+                    if t != m.total {
+                        m.total = t;
+                        m.emit(MEvent::Stock(t));
+                    }
                     Ok(())
                 };
                 assert_eq!(got, want, "set_total({t})");
                 format!("set_total({t}) -> {got:?}")
+            }
+            6 => {
+                // A void (refund), most often of a confirmed order.
+                let confirmed: Vec<u64> = m
+                    .res
+                    .iter()
+                    .filter(|r| r.state.paid())
+                    .map(|r| r.id)
+                    .collect();
+                let id = if !confirmed.is_empty() && self.rng.chance(80) {
+                    confirmed[self.rng.below(confirmed.len() as u64) as usize]
+                } else {
+                    self.rng.range(0, m.next_id + 2)
+                };
+                let want = m.void(now, id);
+                let got = self.gate.void(now, id);
+                assert_eq!(got, want, "void({id})");
+                format!("void({id}) -> {got:?}")
             }
             2 | 3 => {
                 let mode = match self.rng.below(10) {
@@ -677,6 +786,7 @@ impl Sim {
             m.units(HoldState::Held),
             m.units(HoldState::Confirmed),
             m.outbox.len() as u64,
+            m.backlog_units(),
             m.acked,
             m.attempts,
             m.retry_at,
@@ -687,13 +797,14 @@ impl Sim {
             s.held,
             s.sold,
             s.outbox_backlog,
+            s.outbox_backlog_units,
             s.outbox_acked_seq,
             s.outbox_attempts,
             s.outbox_retry_at_ms,
         );
         assert_eq!(
             got, want,
-            "stats (total, available, held, sold, backlog, acked, attempts, retry_at)"
+            "stats (total, available, held, sold, backlog, backlog units, acked, attempts, retry_at)"
         );
         let live = m.res.iter().filter(|r| r.state == HoldState::Held).count();
         let tombs = m
@@ -821,11 +932,13 @@ fn simulation_reaches_every_outcome() {
         "confirm:confirmed",
         "confirm:expired",
         "confirm:cancelled",
+        "confirm:voided",
         "confirm:unknown_reservation",
         "confirm:invalid_input",
         "cancel:cancelled",
         "cancel:already_confirmed",
         "cancel:already_expired",
+        "cancel:voided",
         "cancel:unknown_reservation",
     ];
     let missing: Vec<_> = want.iter().filter(|w| !seen.contains(**w)).collect();

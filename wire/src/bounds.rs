@@ -14,8 +14,11 @@ pub const ORDER_QUANTITY_MAX: u32 = 1_000;
 pub const STOCK_UNITS_MAX: u64 = 1_000_000_000;
 /// The most orders one batch may carry.
 pub const ORDERS_PER_BATCH_MAX: usize = 500;
-/// The longest order id: a product id, a colon, and a u64 in decimal.
-pub const ORDER_ID_BYTES_MAX: usize = PRODUCT_ID_BYTES_MAX + 1 + 20;
+/// A reservation id as the gate shows it: 16 lowercase hex digits (the
+/// gate's keyed permutation of its internal id; see `src/ids.rs`).
+pub const RESERVATION_ID_HEX_DIGITS: usize = 16;
+/// The longest order id: a product id, a colon, and a reservation id.
+pub const ORDER_ID_BYTES_MAX: usize = PRODUCT_ID_BYTES_MAX + 1 + RESERVATION_ID_HEX_DIGITS;
 
 fn id_byte(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_' || c == b'-'
@@ -37,22 +40,24 @@ pub fn valid_quantity(q: u32) -> bool {
     (1..=ORDER_QUANTITY_MAX).contains(&q)
 }
 
+pub fn valid_reservation_id(id: &str) -> bool {
+    id.len() == RESERVATION_ID_HEX_DIGITS
+        && id
+            .bytes()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+}
+
 /// The id of an order at the origin, unique across products: the product id
-/// and the reservation's id within the product, `{product_id}:{id}`.
-pub fn order_id(product_id: &str, reservation_id: u64) -> String {
+/// and the reservation's id as buyers see it, `{product_id}:{reservation}`.
+pub fn order_id(product_id: &str, reservation_id: &str) -> String {
     format!("{product_id}:{reservation_id}")
 }
 
 /// Splits an order id into its product id and reservation id. Refuses
-/// anything `order_id` would not have written: a bad product id, a
-/// reservation id of 0, a sign, or leading zeros.
-pub fn parse_order_id(s: &str) -> Option<(&str, u64)> {
+/// anything `order_id` would not have written.
+pub fn parse_order_id(s: &str) -> Option<(&str, &str)> {
     let (product, id) = s.rsplit_once(':')?;
-    if !valid_product_id(product) {
-        return None;
-    }
-    let n: u64 = id.parse().ok()?;
-    (n > 0 && n.to_string() == id).then_some((product, n))
+    (valid_product_id(product) && valid_reservation_id(id)).then_some((product, id))
 }
 
 #[cfg(test)]
@@ -61,12 +66,18 @@ mod tests {
 
     #[test]
     fn order_ids_round_trip_and_refuse_what_was_never_written() {
-        let id = order_id("p-1", 42);
-        assert_eq!(id, "p-1:42");
-        assert_eq!(parse_order_id(&id), Some(("p-1", 42)));
-        assert!(order_id(&"p".repeat(64), u64::MAX).len() <= ORDER_ID_BYTES_MAX);
+        let id = order_id("p-1", "00112233aabbccdd");
+        assert_eq!(id, "p-1:00112233aabbccdd");
+        assert_eq!(parse_order_id(&id), Some(("p-1", "00112233aabbccdd")));
+        assert!(order_id(&"p".repeat(64), "ffffffffffffffff").len() <= ORDER_ID_BYTES_MAX);
         for bad in [
-            ":1", "p:", "p:0", "p:01", "p:+1", "p q:1", "p:1:2", "p:-1", "p",
+            ":00112233aabbccdd",
+            "p:",
+            "p:1",
+            "p:00112233AABBCCDD",
+            "p q:00112233aabbccdd",
+            "p:00112233aabbccdd0",
+            "p",
         ] {
             assert_eq!(parse_order_id(bad), None, "{bad}");
         }

@@ -5,19 +5,23 @@
 //! facts they must agree on are written once, here:
 //! - `bounds`: every field bound and grammar (product ids, buyer ids,
 //!   payment references, quantities, stock), and the order-id format;
-//! - `batch`: the batch of confirmed orders the gate forwards, its
-//!   validation, and the origin's per-order answer;
+//! - `batch`: the batch of outbox events (orders, voids, stock totals) the
+//!   gate forwards, its validation, and the origin's per-event answer;
+//! - `keys`: key sets with key ids, for rotation without downtime;
 //! - `signing`: the HMAC signature over a request, and its headers;
+//! - `token`: buyer tokens (JWT, HS256);
 //! - `stats`: the typed view of a product's gate stats, which the gate
 //!   writes and `reconcile` reads;
 //! - `problem`: the RFC 9457 problem document both sides answer errors with.
 
 pub mod batch;
 pub mod bounds;
+pub mod keys;
 pub mod problem;
 pub mod signing;
 pub mod stats;
+pub mod token;
 
-pub use batch::{Batch, BatchError, BatchResult, ItemResult, ItemStatus, Order};
+pub use batch::{Batch, BatchError, BatchResult, Event, EventResult, EventStatus};
 pub use problem::ProblemDocument;
 pub use stats::{CounterStats, GateStats, OutboxStats, SaleState};

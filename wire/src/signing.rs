@@ -1,19 +1,81 @@
-//! The HMAC-SHA256 signature the gate puts on every request to the origin,
-//! over the timestamp and the body, and its verification.
+//! The HMAC-SHA256 signature of a request between services: the gate's
+//! deliveries to the origin (`Purpose::Forward`) and the shop's payment
+//! confirmations to the gate (`Purpose::Payment`).
+//!
+//! The signature covers everything that decides what the request does: the
+//! purpose, the key id, the timestamp, the method, the path (with its query)
+//! and the SHA-256 of the body. So a captured request cannot be replayed on
+//! another route or product, with another body, after the skew window, or
+//! under another purpose: a forwarding key never signs a payment, even if an
+//! operator gave both sets the same secret.
+//!
+//! The canonical string, one field per line:
+//! `flashgate-v2`, purpose, kid, timestamp (epoch ms), METHOD, path, and the
+//! lowercase hex SHA-256 of the body. The signature is `v2=` and the hex
+//! HMAC-SHA256 of it under the key's secret.
 
 use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use sha2::{Digest, Sha256};
+
+use crate::keys::{Key, KeySet};
 
 /// A signature older or newer than this is refused, so a captured request
 /// cannot be replayed later.
 pub const SIGNATURE_SKEW_MS_MAX: u64 = 5 * 60 * 1000;
+pub const KEY_ID_HEADER: &str = "x-flashgate-key-id";
 pub const TIMESTAMP_HEADER: &str = "x-flashgate-timestamp";
 pub const SIGNATURE_HEADER: &str = "x-flashgate-signature";
+
+/// What a signature is for. Part of what is signed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    /// The gate delivering its outbox to the origin.
+    Forward,
+    /// The shop's payment backend confirming a paid reservation at the gate.
+    Payment,
+}
+
+impl Purpose {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Purpose::Forward => "forward",
+            Purpose::Payment => "payment",
+        }
+    }
+}
+
+/// The three headers of a signed request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signed {
+    pub kid: String,
+    pub timestamp_ms: u64,
+    pub signature: String,
+}
+
+impl Signed {
+    /// `(header, value)` pairs to send.
+    pub fn headers(&self) -> [(&'static str, String); 3] {
+        [
+            (KEY_ID_HEADER, self.kid.clone()),
+            (TIMESTAMP_HEADER, self.timestamp_ms.to_string()),
+            (SIGNATURE_HEADER, self.signature.clone()),
+        ]
+    }
+}
+
+/// What the receiver read from the three headers.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Presented<'a> {
+    pub kid: Option<&'a str>,
+    pub timestamp: Option<&'a str>,
+    pub signature: Option<&'a str>,
+}
 
 /// Why a signature was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SignatureError {
     Missing,
+    UnknownKey,
     BadTimestamp,
     Stale,
     Malformed,
@@ -23,46 +85,77 @@ pub enum SignatureError {
 impl SignatureError {
     pub fn describe(self) -> String {
         match self {
-            SignatureError::Missing => "the timestamp or signature header is missing".into(),
+            SignatureError::Missing => {
+                "the key id, timestamp or signature header is missing".into()
+            }
+            SignatureError::UnknownKey => "the key id is not one this service accepts".into(),
             SignatureError::BadTimestamp => "the timestamp is not epoch milliseconds".into(),
             SignatureError::Stale => format!(
                 "the timestamp is more than {} s from the receiver's clock",
                 SIGNATURE_SKEW_MS_MAX / 1000
             ),
-            SignatureError::Malformed => "the signature is not v1=<64 hex digits>".into(),
-            SignatureError::Mismatch => "the signature does not match the body".into(),
+            SignatureError::Malformed => "the signature is not v2=<64 hex digits>".into(),
+            SignatureError::Mismatch => "the signature does not match the request".into(),
         }
     }
 }
 
-fn mac(secret: &[u8], timestamp_ms: u64, body: &[u8]) -> Hmac<Sha256> {
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret)
+/// The request as signed: everything that decides what it does.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    pub purpose: Purpose,
+    pub method: &'a str,
+    /// The path and query, as sent (percent-encoded).
+    pub path: &'a str,
+    pub body: &'a [u8],
+}
+
+fn mac(key: &Key, timestamp_ms: u64, req: &Request) -> Hmac<Sha256> {
+    let digest = hex::encode(Sha256::digest(req.body));
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key.secret())
         .expect("HMAC is defined for keys of every length");
-    mac.update(timestamp_ms.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(body);
+    for field in [
+        "flashgate-v2",
+        req.purpose.as_str(),
+        &key.kid,
+        &timestamp_ms.to_string(),
+        &req.method.to_ascii_uppercase(),
+        req.path,
+        &digest,
+    ] {
+        mac.update(field.as_bytes());
+        mac.update(b"\n");
+    }
     mac
 }
 
-/// The signature header value for `body` sent at `timestamp_ms`.
-pub fn sign(secret: &[u8], timestamp_ms: u64, body: &[u8]) -> String {
-    format!(
-        "v1={}",
-        hex::encode(mac(secret, timestamp_ms, body).finalize().into_bytes())
-    )
+/// Signs `req` at `now_ms` with the set's signing key.
+pub fn sign(keys: &KeySet, req: &Request, now_ms: u64) -> Signed {
+    let key = keys.signing(now_ms);
+    Signed {
+        kid: key.kid.clone(),
+        timestamp_ms: now_ms,
+        signature: format!(
+            "v2={}",
+            hex::encode(mac(key, now_ms, req).finalize().into_bytes())
+        ),
+    }
 }
 
-/// Checks the headers against the body. The comparison is constant-time.
-pub fn verify(
-    secret: &[u8],
-    timestamp: Option<&str>,
-    signature: Option<&str>,
-    body: &[u8],
+/// Checks the presented headers against the request, with any key of the
+/// set. Returns the key id that verified. The comparison is constant-time.
+pub fn verify<'k>(
+    keys: &'k KeySet,
+    presented: &Presented,
+    req: &Request,
     now_ms: u64,
-) -> Result<(), SignatureError> {
-    let (Some(timestamp), Some(signature)) = (timestamp, signature) else {
+) -> Result<&'k str, SignatureError> {
+    let (Some(kid), Some(timestamp), Some(signature)) =
+        (presented.kid, presented.timestamp, presented.signature)
+    else {
         return Err(SignatureError::Missing);
     };
+    let key = keys.get(kid.trim()).ok_or(SignatureError::UnknownKey)?;
     let ts: u64 = timestamp
         .trim()
         .parse()
@@ -72,12 +165,13 @@ pub fn verify(
     }
     let given = signature
         .trim()
-        .strip_prefix("v1=")
+        .strip_prefix("v2=")
         .and_then(|h| hex::decode(h).ok())
         .filter(|b| b.len() == 32)
         .ok_or(SignatureError::Malformed)?;
-    mac(secret, ts, body)
+    mac(key, ts, req)
         .verify_slice(&given)
+        .map(|()| key.kid.as_str())
         .map_err(|_| SignatureError::Mismatch)
 }
 
@@ -85,59 +179,156 @@ pub fn verify(
 mod tests {
     use super::*;
 
+    fn keys(text: &str) -> KeySet {
+        KeySet::parse(text).unwrap()
+    }
+
+    const S1: &str = "k1:0123456789abcdef0123456789abcdef";
+    const S2: &str = "k2:fedcba9876543210fedcba9876543210";
+
     #[test]
-    fn signatures_round_trip_and_fail_closed() {
-        let (secret, body, now) = (
-            b"s3cret".as_slice(),
-            br#"{"orders":[]}"#.as_slice(),
-            1_000_000_000,
-        );
-        let sig = sign(secret, now, body);
-        let ts = now.to_string();
+    fn a_signature_covers_every_part_of_the_request() {
+        let set = keys(S1);
+        let now = 1_000_000_000;
+        let req = Request {
+            purpose: Purpose::Forward,
+            method: "POST",
+            path: "/v1/batches",
+            body: b"{\"events\":[]}",
+        };
+        let s = sign(&set, &req, now);
+        let p = |s: &Signed| {
+            (
+                s.kid.clone(),
+                s.timestamp_ms.to_string(),
+                s.signature.clone(),
+            )
+        };
+        let (kid, ts, sig) = p(&s);
+        let presented = Presented {
+            kid: Some(&kid),
+            timestamp: Some(&ts),
+            signature: Some(&sig),
+        };
+        assert_eq!(verify(&set, &presented, &req, now + 1_000), Ok("k1"));
+        let altered = [
+            Request {
+                purpose: Purpose::Payment,
+                ..req
+            },
+            Request {
+                method: "PUT",
+                ..req
+            },
+            Request {
+                path: "/v1/batches?x=1",
+                ..req
+            },
+            Request {
+                body: b"{\"events\":[1]}",
+                ..req
+            },
+        ];
+        for other in altered {
+            assert_eq!(
+                verify(&set, &presented, &other, now),
+                Err(SignatureError::Mismatch),
+                "{other:?}"
+            );
+        }
+        // The same secret under another key id does not verify either.
+        let renamed = keys(&S1.replace("k1:", "k9:"));
+        let as_k9 = Presented {
+            kid: Some("k9"),
+            ..presented
+        };
         assert_eq!(
-            verify(secret, Some(&ts), Some(&sig), body, now + 1000),
-            Ok(())
+            verify(&renamed, &as_k9, &req, now),
+            Err(SignatureError::Mismatch)
         );
         let cases = [
-            (None, Some(sig.as_str()), body, SignatureError::Missing),
-            (Some(ts.as_str()), None, body, SignatureError::Missing),
             (
-                Some("soon"),
-                Some(sig.as_str()),
-                body,
+                Presented {
+                    kid: None,
+                    ..presented
+                },
+                SignatureError::Missing,
+            ),
+            (
+                Presented {
+                    kid: Some("nope"),
+                    ..presented
+                },
+                SignatureError::UnknownKey,
+            ),
+            (
+                Presented {
+                    timestamp: Some("soon"),
+                    ..presented
+                },
                 SignatureError::BadTimestamp,
             ),
             (
-                Some(ts.as_str()),
-                Some("v1=zz"),
-                body,
+                Presented {
+                    signature: Some("v1=00"),
+                    ..presented
+                },
                 SignatureError::Malformed,
-            ),
-            (
-                Some(ts.as_str()),
-                Some("v2=00"),
-                body,
-                SignatureError::Malformed,
-            ),
-            (
-                Some(ts.as_str()),
-                Some(sig.as_str()),
-                b"{}".as_slice(),
-                SignatureError::Mismatch,
             ),
         ];
-        for (t, s, b, want) in cases {
-            assert_eq!(verify(secret, t, s, b, now), Err(want));
+        for (presented, want) in cases {
+            assert_eq!(verify(&set, &presented, &req, now), Err(want));
         }
-        let stale = now - SIGNATURE_SKEW_MS_MAX - 1;
-        let old = sign(secret, stale, body);
         assert_eq!(
-            verify(secret, Some(&stale.to_string()), Some(&old), body, now),
+            verify(&set, &presented, &req, now + SIGNATURE_SKEW_MS_MAX + 1),
             Err(SignatureError::Stale)
         );
         assert_eq!(
-            verify(b"other", Some(&ts), Some(&sig), body, now),
-            Err(SignatureError::Mismatch)
+            verify(&keys(S2), &presented, &req, now),
+            Err(SignatureError::UnknownKey)
         );
+    }
+
+    /// A rotation scheduled in every party's set, stage by stage as an
+    /// operator rolls it out (`k2` becomes the signing key at 5000): at
+    /// every stage, at every instant the stage can happen, every signature
+    /// the signer makes verifies at the verifier.
+    #[test]
+    fn a_scheduled_rotation_never_fails_a_request() {
+        let req = Request {
+            purpose: Purpose::Payment,
+            method: "POST",
+            path: "/api/products/p/reservations/1/confirm",
+            body: b"{}",
+        };
+        let both = format!("{S1},{}", S2.replace("k2:", "k2@5000:"));
+        let any_time: &[u64] = &[0, 4_999, 5_000, 9_000];
+        let after_switch: &[u64] = &[5_000, 9_000];
+        let stages: [(&str, &str, &[u64]); 5] = [
+            (S1, S1, any_time),
+            // The new key reaches the verifiers first...
+            (S1, &both, any_time),
+            // ...then the signers, which switch by themselves at 5000...
+            (&both, &both, any_time),
+            // ...and after the switch the old key is retired everywhere.
+            (&both, S2, after_switch),
+            (S2, S2, after_switch),
+        ];
+        for (stage, (signer, verifier, times)) in stages.iter().enumerate() {
+            let (signer, verifier) = (keys(signer), keys(verifier));
+            for &now in *times {
+                let s = sign(&signer, &req, now);
+                let (ts, kid) = (s.timestamp_ms.to_string(), s.kid.clone());
+                let presented = Presented {
+                    kid: Some(&kid),
+                    timestamp: Some(&ts),
+                    signature: Some(&s.signature),
+                };
+                assert!(
+                    verify(&verifier, &presented, &req, now).is_ok(),
+                    "stage {stage} at {now}: signed with {kid}"
+                );
+            }
+        }
     }
 }

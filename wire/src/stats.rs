@@ -38,10 +38,10 @@ pub struct GateStats {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OutboxStats {
-    /// Confirmed orders not yet stored at the origin.
+    /// Events (orders, voids, stock totals) not yet applied at the origin.
     pub backlog: u64,
-    /// Their units: sold at the gate, not yet at the origin.
-    pub backlog_units: u64,
+    /// Their net units: ordered minus voided, not yet counted at the origin.
+    pub backlog_units: i64,
     pub acked_seq: u64,
     /// Failed deliveries since the last success.
     pub attempts: u32,
@@ -49,9 +49,9 @@ pub struct OutboxStats {
     /// Why the last delivery failed, since the object loaded.
     pub last_error: Option<String>,
     pub last_success_ms: Option<u64>,
-    /// Orders the origin answered with `rejected_oversell`, since the
-    /// object loaded. Any is a bug signal.
-    pub rejected_oversell: u64,
+    /// Events the origin refused (`rejected_oversell` or `refused`), since
+    /// the object loaded. Any is a bug signal.
+    pub refused: u64,
 }
 
 /// Outcome counts since the gate loaded: `op -> code -> count`, with every
