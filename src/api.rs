@@ -10,11 +10,15 @@
 
 use flashgate_core::{limits, ConfigPatch};
 use flashgate_wire::bounds;
+use flashgate_wire::signing::Presented;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::auth;
+use crate::ids::IdCodec;
 use crate::problem::Problem;
+use crate::settings::Settings;
 
 /// The largest request body the edge reads.
 pub const BODY_BYTES_MAX: usize = 4 * 1024;
@@ -24,6 +28,7 @@ pub const BODY_BYTES_MAX: usize = 4 * 1024;
 pub enum RouteKind {
     Page,
     OpenApi,
+    Session,
     GetProduct,
     Reserve,
     GetReservation,
@@ -32,6 +37,7 @@ pub enum RouteKind {
     AdminPut,
     AdminStats,
     AdminRestock,
+    AdminVoid,
 }
 
 /// Every route of the gate: method, path template, and what it does. Path
@@ -40,6 +46,7 @@ pub const ROUTES: &[(&str, &str, RouteKind)] = &[
     ("GET", "/", RouteKind::Page),
     ("GET", "/index.html", RouteKind::Page),
     ("GET", "/openapi.json", RouteKind::OpenApi),
+    ("POST", "/api/session", RouteKind::Session),
     ("GET", "/api/products/{product_id}", RouteKind::GetProduct),
     (
         "POST",
@@ -72,6 +79,11 @@ pub const ROUTES: &[(&str, &str, RouteKind)] = &[
         "/admin/products/{product_id}/stats",
         RouteKind::AdminStats,
     ),
+    (
+        "POST",
+        "/admin/products/{product_id}/reservations/{reservation_id}/void",
+        RouteKind::AdminVoid,
+    ),
 ];
 
 /// Where a request goes, decided from the method and path alone.
@@ -81,28 +93,35 @@ pub enum Route {
     Page,
     /// The OpenAPI document, served by the Worker itself.
     OpenApi,
+    /// A dev session (an anonymous buyer token), minted by the Worker.
+    Session,
     /// A request for a product's Durable Object.
     Api(ApiRoute),
 }
 
-/// A route that a product's Durable Object answers.
+/// A route that a product's Durable Object answers. Reservation ids are as
+/// buyers see them (opaque, checked for form); `parse` decodes them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ApiRoute {
     GetProduct(String),
     Reserve(String),
-    GetReservation(String, u64),
-    Confirm(String, u64),
-    Cancel(String, u64),
+    GetReservation(String, String),
+    Confirm(String, String),
+    Cancel(String, String),
     AdminPut(String),
     AdminStats(String),
     AdminRestock(String),
+    AdminVoid(String, String),
 }
 
 impl ApiRoute {
     pub fn is_admin(&self) -> bool {
         matches!(
             self,
-            ApiRoute::AdminPut(_) | ApiRoute::AdminStats(_) | ApiRoute::AdminRestock(_)
+            ApiRoute::AdminPut(_)
+                | ApiRoute::AdminStats(_)
+                | ApiRoute::AdminRestock(_)
+                | ApiRoute::AdminVoid(..)
         )
     }
 
@@ -115,7 +134,8 @@ impl ApiRoute {
             | ApiRoute::Cancel(p, _)
             | ApiRoute::AdminPut(p)
             | ApiRoute::AdminStats(p)
-            | ApiRoute::AdminRestock(p) => p,
+            | ApiRoute::AdminRestock(p)
+            | ApiRoute::AdminVoid(p, _) => p,
         }
     }
 }
@@ -161,6 +181,10 @@ pub enum Command {
     Stats {
         product_id: String,
     },
+    Void {
+        product_id: String,
+        reservation_id: u64,
+    },
 }
 
 impl Command {
@@ -174,17 +198,23 @@ impl Command {
             | Command::Cancel { product_id, .. }
             | Command::Upsert { product_id, .. }
             | Command::Restock { product_id, .. }
-            | Command::Stats { product_id } => product_id,
+            | Command::Stats { product_id }
+            | Command::Void { product_id, .. } => product_id,
         }
     }
 }
 
 /// The parts of a request the edge reads.
 pub struct Incoming<'a> {
+    pub method: &'a str,
+    /// The path and query as sent, which a payment signature covers.
+    pub path_and_query: &'a str,
     pub content_type: Option<&'a str>,
-    pub buyer: Option<&'a str>,
     pub idempotency_key: Option<&'a str>,
     pub authorization: Option<&'a str>,
+    pub cookie: Option<&'a str>,
+    /// The signature headers of a payment confirmation.
+    pub signature: Presented<'a>,
     pub body: &'a [u8],
 }
 
@@ -210,14 +240,6 @@ pub fn parse_idempotency_key(raw: &str) -> Result<String, Problem> {
     } else {
         Err(Problem::idempotency_key_invalid())
     }
-}
-
-/// Reservation ids are decimal, without sign or leading zeros, as the gate
-/// issues them. Anything else names no reservation.
-fn reservation_id(s: &str) -> Option<u64> {
-    let digits = !s.is_empty() && s.len() <= 20 && s.bytes().all(|c| c.is_ascii_digit());
-    let n: u64 = s.parse().ok().filter(|_| digits)?;
-    (n > 0 && n.to_string() == s).then_some(n)
 }
 
 /// The path parameters of one template match.
@@ -276,15 +298,18 @@ pub fn route(method: &str, path: &str) -> Result<Route, Problem> {
             _ => Err(Problem::invalid_product_id()),
         }
     };
-    let reservation = || -> Result<u64, Problem> {
+    // A reservation id of the wrong form names no reservation.
+    let reservation = || -> Result<String, Problem> {
         params
             .reservation_id
-            .and_then(reservation_id)
+            .filter(|id| bounds::valid_reservation_id(id))
+            .map(str::to_string)
             .ok_or_else(Problem::invalid_reservation_id)
     };
     Ok(match kind {
         RouteKind::Page => Route::Page,
         RouteKind::OpenApi => Route::OpenApi,
+        RouteKind::Session => Route::Session,
         RouteKind::GetProduct => Route::Api(ApiRoute::GetProduct(product()?)),
         RouteKind::Reserve => Route::Api(ApiRoute::Reserve(product()?)),
         RouteKind::GetReservation => {
@@ -295,29 +320,8 @@ pub fn route(method: &str, path: &str) -> Result<Route, Problem> {
         RouteKind::AdminPut => Route::Api(ApiRoute::AdminPut(product()?)),
         RouteKind::AdminStats => Route::Api(ApiRoute::AdminStats(product()?)),
         RouteKind::AdminRestock => Route::Api(ApiRoute::AdminRestock(product()?)),
+        RouteKind::AdminVoid => Route::Api(ApiRoute::AdminVoid(product()?, reservation()?)),
     })
-}
-
-/// Compares in time independent of where the inputs differ, so the admin
-/// token cannot be guessed byte by byte from response times.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-fn check_admin(authorization: Option<&str>, admin_token: &str) -> Result<(), Problem> {
-    let given = authorization
-        .and_then(|h| h.strip_prefix("Bearer "))
-        .map(str::trim)
-        .unwrap_or("");
-    // An empty configured token disables admin access rather than letting an
-    // empty bearer in.
-    if admin_token.is_empty() || !constant_time_eq(given.as_bytes(), admin_token.as_bytes()) {
-        return Err(Problem::unauthorized());
-    }
-    Ok(())
 }
 
 /// The body as `T`: a JSON object (syntax errors are 400 `malformed_json`;
@@ -350,6 +354,7 @@ struct ReserveBody {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ConfirmBody {
+    buyer_id: Option<Value>,
     payment_ref: Option<Value>,
 }
 
@@ -359,26 +364,33 @@ struct RestockBody {
     units: Option<Value>,
 }
 
-fn buyer(inc: &Incoming) -> Result<String, Problem> {
-    match inc.buyer.map(str::trim) {
-        Some(b) if bounds::valid_buyer_id(b) => Ok(b.to_string()),
-        _ => Err(Problem::buyer_missing()),
-    }
-}
-
-/// Validates a routed request into a command. `admin_token` is the
-/// configured secret.
-pub fn parse(inc: &Incoming, route: ApiRoute, admin_token: &str) -> Result<Command, Problem> {
+/// Validates a routed request into a command: who sent it (a buyer token,
+/// a payment signature, or the admin token, per route; see `auth`), and
+/// what it asks. Reservation ids are decoded from their opaque form.
+pub fn parse(
+    inc: &Incoming,
+    route: ApiRoute,
+    settings: &Settings,
+    now_ms: u64,
+) -> Result<Command, Problem> {
     if inc.body.len() > BODY_BYTES_MAX {
         return Err(Problem::body_too_large(BODY_BYTES_MAX));
     }
     if route.is_admin() {
-        check_admin(inc.authorization, admin_token)?;
+        auth::admin(settings, inc.authorization)?;
     }
+    let buyer = || auth::buyer(settings, inc.authorization, inc.cookie, now_ms);
+    // Decodes after the id's form was checked by `route`; a decoded id the
+    // product never issued reads as unknown there.
+    let internal = |product_id: &str, rid: &str| -> Result<u64, Problem> {
+        IdCodec::new(&settings.id_secret, product_id)
+            .decode(rid)
+            .ok_or_else(Problem::invalid_reservation_id)
+    };
     Ok(match route {
         ApiRoute::GetProduct(product_id) => Command::GetProduct { product_id },
         ApiRoute::Reserve(product_id) => {
-            let buyer = buyer(inc)?;
+            let buyer = buyer()?;
             let idem_key = match inc.idempotency_key {
                 None => return Err(Problem::idempotency_key_missing()),
                 Some(raw) => parse_idempotency_key(raw)?,
@@ -404,14 +416,32 @@ pub fn parse(inc: &Incoming, route: ApiRoute, admin_token: &str) -> Result<Comma
                 quantity,
             }
         }
-        ApiRoute::GetReservation(product_id, reservation_id) => Command::GetReservation {
+        ApiRoute::GetReservation(product_id, rid) => Command::GetReservation {
+            buyer: buyer()?,
+            reservation_id: internal(&product_id, &rid)?,
             product_id,
-            buyer: buyer(inc)?,
-            reservation_id,
         },
-        ApiRoute::Confirm(product_id, reservation_id) => {
-            let buyer = buyer(inc)?;
+        ApiRoute::Confirm(product_id, rid) => {
+            // Only the shop's payment backend confirms: the request must be
+            // signed with a payment key, over this method, path and body.
+            auth::payment(
+                settings,
+                &inc.signature,
+                inc.method,
+                inc.path_and_query,
+                inc.body,
+                now_ms,
+            )?;
             let body: ConfirmBody = json_body(inc, "a confirm")?;
+            let buyer = match body.buyer_id {
+                Some(Value::String(b)) if bounds::valid_buyer_id(&b) => b,
+                _ => {
+                    return Err(Problem::invalid_body(format!(
+                        "buyer_id must be the buyer's id, 1 to {} of A-Z a-z 0-9 _ - .",
+                        bounds::BUYER_ID_BYTES_MAX
+                    )))
+                }
+            };
             let payment_ref = match body.payment_ref {
                 Some(Value::String(s)) if bounds::valid_payment_ref(&s) => s,
                 _ => {
@@ -422,16 +452,16 @@ pub fn parse(inc: &Incoming, route: ApiRoute, admin_token: &str) -> Result<Comma
                 }
             };
             Command::Confirm {
+                reservation_id: internal(&product_id, &rid)?,
                 product_id,
                 buyer,
-                reservation_id,
                 payment_ref,
             }
         }
-        ApiRoute::Cancel(product_id, reservation_id) => Command::Cancel {
+        ApiRoute::Cancel(product_id, rid) => Command::Cancel {
+            buyer: buyer()?,
+            reservation_id: internal(&product_id, &rid)?,
             product_id,
-            buyer: buyer(inc)?,
-            reservation_id,
         },
         ApiRoute::AdminPut(product_id) => Command::Upsert {
             product_id,
@@ -455,6 +485,10 @@ pub fn parse(inc: &Incoming, route: ApiRoute, admin_token: &str) -> Result<Comma
             }
         }
         ApiRoute::AdminStats(product_id) => Command::Stats { product_id },
+        ApiRoute::AdminVoid(product_id, rid) => Command::Void {
+            reservation_id: internal(&product_id, &rid)?,
+            product_id,
+        },
     })
 }
 
@@ -462,197 +496,260 @@ pub fn parse(inc: &Incoming, route: ApiRoute, admin_token: &str) -> Result<Comma
 mod tests {
     use super::*;
     use crate::codes::ProblemCode;
+    use crate::settings::tests::{settings, ADMIN_TOKEN, PAYMENT_KEYS};
+    use flashgate_wire::keys::KeySet;
+    use flashgate_wire::signing::{self, Purpose};
 
-    struct Req<'a> {
-        method: &'a str,
-        path: &'a str,
-        inc: Incoming<'a>,
+    const NOW: u64 = 1_800_000_000_000;
+
+    struct Req {
+        method: &'static str,
+        path: String,
+        content_type: Option<&'static str>,
+        idempotency_key: Option<String>,
+        authorization: Option<String>,
+        cookie: Option<String>,
+        signed: Option<signing::Signed>,
+        body: Vec<u8>,
     }
 
-    fn inc<'a>(method: &'a str, path: &'a str, body: &'a [u8]) -> Req<'a> {
+    fn buyer_token(buyer: &str) -> String {
+        let s = settings();
+        let claims = flashgate_wire::token::Claims {
+            sub: buyer.into(),
+            aud: s.audience.clone(),
+            iat: NOW / 1000,
+            exp: NOW / 1000 + 600,
+            nbf: None,
+        };
+        flashgate_wire::token::mint(&s.buyer_keys, &claims, NOW)
+    }
+
+    fn req(method: &'static str, path: &str, body: &[u8]) -> Req {
         Req {
             method,
-            path,
-            inc: Incoming {
-                content_type: Some("application/json"),
-                buyer: Some("alice"),
-                idempotency_key: Some("\"k-1\""),
-                authorization: Some("Bearer secret"),
-                body,
-            },
+            path: path.into(),
+            content_type: Some("application/json"),
+            idempotency_key: Some("\"k-1\"".into()),
+            authorization: Some(format!("Bearer {}", buyer_token("alice"))),
+            cookie: None,
+            signed: None,
+            body: body.to_vec(),
         }
     }
 
-    fn run_with(r: &Req, admin_token: &str) -> Result<Command, Problem> {
-        match route(r.method, r.path)? {
-            Route::Api(api) => parse(&r.inc, api, admin_token),
-            other => panic!("{} {} is {other:?}", r.method, r.path),
+    fn admin(method: &'static str, path: &str, body: &[u8]) -> Req {
+        Req {
+            authorization: Some(format!("Bearer {ADMIN_TOKEN}")),
+            ..req(method, path, body)
+        }
+    }
+
+    fn rid(n: u64) -> String {
+        IdCodec::new(&settings().id_secret, "p1").encode(n)
+    }
+
+    /// A confirm signed as the shop's payment backend signs it.
+    fn confirm(n: u64, body: &[u8], keys: &str, path: Option<&str>) -> Req {
+        let path_signed = path
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("/api/products/p1/reservations/{}/confirm", rid(n)));
+        let signed = signing::sign(
+            &KeySet::parse(keys).unwrap(),
+            &signing::Request {
+                purpose: Purpose::Payment,
+                method: "POST",
+                path: &path_signed,
+                body,
+            },
+            NOW,
+        );
+        Req {
+            authorization: None,
+            signed: Some(signed),
+            ..req(
+                "POST",
+                &format!("/api/products/p1/reservations/{}/confirm", rid(n)),
+                body,
+            )
         }
     }
 
     fn run(r: &Req) -> Result<Command, Problem> {
-        run_with(r, "secret")
+        let s = settings();
+        let ts = r.signed.as_ref().map(|s| s.timestamp_ms.to_string());
+        let inc = Incoming {
+            method: r.method,
+            path_and_query: &r.path,
+            content_type: r.content_type,
+            idempotency_key: r.idempotency_key.as_deref(),
+            authorization: r.authorization.as_deref(),
+            cookie: r.cookie.as_deref(),
+            signature: Presented {
+                kid: r.signed.as_ref().map(|s| s.kid.as_str()),
+                timestamp: ts.as_deref(),
+                signature: r.signed.as_ref().map(|s| s.signature.as_str()),
+            },
+            body: &r.body,
+        };
+        match route(r.method, &r.path)? {
+            Route::Api(api) => parse(&inc, api, &s, NOW),
+            other => panic!("{} {} is {other:?}", r.method, r.path),
+        }
+    }
+
+    fn code(r: &Req) -> ProblemCode {
+        run(r).unwrap_err().code
     }
 
     #[test]
     fn bad_input_table() {
         let long_id = format!("/api/products/{}", "p".repeat(65));
         let big = vec![b' '; BODY_BYTES_MAX + 1];
-        let cases: Vec<(Req, u16, &str)> = vec![
+        let res = "/api/products/p1/reservations";
+        let cases: Vec<(Req, ProblemCode)> = vec![
+            (req("POST", res, b"{"), ProblemCode::MalformedJson),
+            (req("POST", res, b"[1]"), ProblemCode::InvalidBody),
             (
-                inc("POST", "/api/products/p1/reservations", b"{"),
-                400,
-                "malformed_json",
+                req("POST", res, b"{\"quantity\":\"2\"}"),
+                ProblemCode::InvalidBody,
             ),
             (
-                inc("POST", "/api/products/p1/reservations", b"[1]"),
-                422,
-                "invalid_body",
+                req("POST", res, b"{\"quantity\":-1}"),
+                ProblemCode::InvalidQuantity,
             ),
             (
-                inc(
-                    "POST",
-                    "/api/products/p1/reservations",
-                    b"{\"quantity\":\"2\"}",
+                req("POST", res, b"{\"quantity\":0}"),
+                ProblemCode::InvalidQuantity,
+            ),
+            (
+                req("POST", res, b"{\"quantity\":1.5}"),
+                ProblemCode::InvalidQuantity,
+            ),
+            (
+                req("POST", res, b"{\"quantity\":1e30}"),
+                ProblemCode::InvalidQuantity,
+            ),
+            (
+                req("POST", res, b"{\"quantity\":1,\"x\":1}"),
+                ProblemCode::InvalidBody,
+            ),
+            (req("POST", res, &big), ProblemCode::BodyTooLarge),
+            (req("DELETE", res, b""), ProblemCode::MethodNotAllowed),
+            (req("GET", "/nope", b""), ProblemCode::NotFound),
+            (req("GET", &long_id, b""), ProblemCode::InvalidProductId),
+            (
+                req("GET", "/api/products/p%201", b""),
+                ProblemCode::InvalidProductId,
+            ),
+            (
+                req("GET", &format!("{res}/{}", &rid(1)[..15]), b""),
+                ProblemCode::UnknownReservation,
+            ),
+            (
+                req("GET", &format!("{res}/{}", rid(1).to_uppercase()), b""),
+                ProblemCode::UnknownReservation,
+            ),
+            (
+                admin("PUT", "/admin/products/p1", b"{\"stock_total\":-5}"),
+                ProblemCode::InvalidBody,
+            ),
+            (
+                admin("PUT", "/admin/products/p1", b"{\"mode\":\"open\"}"),
+                ProblemCode::InvalidBody,
+            ),
+            (
+                confirm(
+                    1,
+                    b"{\"buyer_id\":\"alice\",\"payment_ref\":\"\"}",
+                    PAYMENT_KEYS,
+                    None,
                 ),
-                422,
-                "invalid_body",
+                ProblemCode::InvalidBody,
             ),
             (
-                inc(
-                    "POST",
-                    "/api/products/p1/reservations",
-                    b"{\"quantity\":-1}",
-                ),
-                422,
-                "invalid_quantity",
-            ),
-            (
-                inc("POST", "/api/products/p1/reservations", b"{\"quantity\":0}"),
-                422,
-                "invalid_quantity",
-            ),
-            (
-                inc(
-                    "POST",
-                    "/api/products/p1/reservations",
-                    b"{\"quantity\":1.5}",
-                ),
-                422,
-                "invalid_quantity",
-            ),
-            (
-                inc(
-                    "POST",
-                    "/api/products/p1/reservations",
-                    b"{\"quantity\":1e30}",
-                ),
-                422,
-                "invalid_quantity",
-            ),
-            (
-                inc(
-                    "POST",
-                    "/api/products/p1/reservations",
-                    b"{\"quantity\":1,\"x\":1}",
-                ),
-                422,
-                "invalid_body",
-            ),
-            (
-                inc("POST", "/api/products/p1/reservations", &big),
-                413,
-                "body_too_large",
-            ),
-            (
-                inc("DELETE", "/api/products/p1/reservations", b""),
-                405,
-                "method_not_allowed",
-            ),
-            (inc("GET", "/nope", b""), 404, "not_found"),
-            (inc("GET", &long_id, b""), 400, "invalid_product_id"),
-            (
-                inc("GET", "/api/products/p%201", b""),
-                400,
-                "invalid_product_id",
-            ),
-            (
-                inc("GET", "/api/products/p1/reservations/01", b""),
-                404,
-                "unknown_reservation",
-            ),
-            (
-                inc("PUT", "/admin/products/p1", b"{\"stock_total\":-5}"),
-                422,
-                "invalid_body",
-            ),
-            (
-                inc("PUT", "/admin/products/p1", b"{\"mode\":\"open\"}"),
-                422,
-                "invalid_body",
-            ),
-            (
-                inc(
-                    "POST",
-                    "/api/products/p1/reservations/1/confirm",
-                    b"{\"payment_ref\":\"\"}",
-                ),
-                422,
-                "invalid_body",
+                confirm(1, b"{\"payment_ref\":\"p\"}", PAYMENT_KEYS, None),
+                ProblemCode::InvalidBody,
             ),
         ];
-        for (i, status, code) in cases {
-            let err = run(&i).expect_err(i.path);
-            assert_eq!(
-                (err.status(), err.code.as_str()),
-                (status, code),
-                "{} {}",
-                i.method,
-                i.path
-            );
+        for (r, want) in cases {
+            assert_eq!(code(&r), want, "{} {}", r.method, r.path);
         }
     }
 
     #[test]
-    fn headers_are_checked() {
+    fn every_route_proves_its_caller() {
         let body = b"{\"quantity\":1}";
-        let mut i = inc("POST", "/api/products/p1/reservations", body);
-        let code = |r: &Req| run(r).unwrap_err().code;
-        i.inc.idempotency_key = None;
-        assert_eq!(code(&i), ProblemCode::IdempotencyKeyMissing);
-        let long = "k".repeat(65);
-        i.inc.idempotency_key = Some(&long);
-        assert_eq!(code(&i), ProblemCode::IdempotencyKeyInvalid);
-        i.inc.idempotency_key = Some("\"unterminated");
-        assert_eq!(code(&i), ProblemCode::IdempotencyKeyInvalid);
-        i.inc.idempotency_key = Some("bare-token");
-        assert!(run(&i).is_ok());
-        i.inc.buyer = None;
-        assert_eq!(code(&i), ProblemCode::BuyerMissing);
-        i.inc.buyer = Some("alice");
-        i.inc.content_type = Some("text/plain");
-        assert_eq!(code(&i), ProblemCode::UnsupportedMediaType);
-        i.inc.content_type = Some("application/json; charset=utf-8");
-        assert!(run(&i).is_ok());
+        let mut r = req("POST", "/api/products/p1/reservations", body);
+        r.idempotency_key = None;
+        assert_eq!(code(&r), ProblemCode::IdempotencyKeyMissing);
+        r.idempotency_key = Some("k".repeat(65));
+        assert_eq!(code(&r), ProblemCode::IdempotencyKeyInvalid);
+        r.idempotency_key = Some("\"unterminated".into());
+        assert_eq!(code(&r), ProblemCode::IdempotencyKeyInvalid);
+        r.idempotency_key = Some("bare-token".into());
+        assert!(run(&r).is_ok());
+        r.authorization = None;
+        assert_eq!(code(&r), ProblemCode::TokenMissing);
+        r.cookie = Some(format!("fg_buyer={}", buyer_token("bob")));
+        let Ok(Command::Reserve { buyer, .. }) = run(&r) else {
+            panic!("a cookie carries the token")
+        };
+        assert_eq!(buyer, "bob");
+        r.authorization = Some("Bearer forged".into());
+        assert_eq!(code(&r), ProblemCode::TokenInvalid);
+        r.authorization = Some(format!("Bearer {}", buyer_token("alice")));
+        r.content_type = Some("text/plain");
+        assert_eq!(code(&r), ProblemCode::UnsupportedMediaType);
+        r.content_type = Some("application/json; charset=utf-8");
+        assert!(run(&r).is_ok());
 
-        let mut a = inc("GET", "/admin/products/p1/stats", b"");
-        a.inc.authorization = None;
-        assert_eq!(code(&a), ProblemCode::Unauthorized);
-        a.inc.authorization = Some("Bearer wrong");
-        assert_eq!(code(&a), ProblemCode::Unauthorized);
-        a.inc.authorization = Some("Bearer secret");
+        // Admin routes take the admin token, and nothing else.
+        let mut a = admin("GET", "/admin/products/p1/stats", b"");
         assert!(run(&a).is_ok());
-        // An empty configured token never admits anyone.
-        a.inc.authorization = Some("Bearer ");
+        for bad in [
+            None,
+            Some("Bearer wrong".to_string()),
+            Some(format!("Bearer {}", buyer_token("alice"))),
+        ] {
+            a.authorization = bad;
+            assert_eq!(code(&a), ProblemCode::Unauthorized);
+        }
+
+        // A confirm takes a payment signature over this method, path and
+        // body, and no buyer token.
+        let body = b"{\"buyer_id\":\"alice\",\"payment_ref\":\"pay-1\"}";
+        let ok = confirm(7, body, PAYMENT_KEYS, None);
         assert_eq!(
-            run_with(&a, "").unwrap_err().code,
-            ProblemCode::Unauthorized
+            run(&ok).unwrap(),
+            Command::Confirm {
+                product_id: "p1".into(),
+                buyer: "alice".into(),
+                reservation_id: 7,
+                payment_ref: "pay-1".into()
+            }
         );
+        let other_key = "p1:another-payment-key-0123456789abcdef";
+        let other_path = format!("/api/products/p1/reservations/{}/confirm", rid(8));
+        for bad in [
+            Req {
+                signed: None,
+                ..confirm(7, body, PAYMENT_KEYS, None)
+            },
+            confirm(7, body, other_key, None),
+            confirm(7, body, PAYMENT_KEYS, Some(&other_path)),
+            Req {
+                body: b"{\"buyer_id\":\"alice\",\"payment_ref\":\"pay-2\"}".to_vec(),
+                ..confirm(7, body, PAYMENT_KEYS, None)
+            },
+        ] {
+            assert_eq!(code(&bad), ProblemCode::BadSignature);
+        }
     }
 
     #[test]
     fn good_requests_become_commands() {
-        let i = inc("POST", "/api/products/p1/reservations", b"{\"quantity\":2}");
+        let i = req("POST", "/api/products/p1/reservations", b"{\"quantity\":2}");
         assert_eq!(
             run(&i).unwrap(),
             Command::Reserve {
@@ -662,7 +759,7 @@ mod tests {
                 quantity: 2
             }
         );
-        let i = inc(
+        let i = admin(
             "PUT",
             "/admin/products/p1",
             b"{\"stock_total\":100,\"opens_at_ms\":null,\"hold_ttl_ms\":2000}",
@@ -680,24 +777,48 @@ mod tests {
         // "unchanged".
         let trip: Command = serde_json::from_str(&serde_json::to_string(&cmd).unwrap()).unwrap();
         assert_eq!(trip, cmd);
+        let v = admin(
+            "POST",
+            &format!("/admin/products/p1/reservations/{}/void", rid(3)),
+            b"",
+        );
+        assert_eq!(
+            run(&v).unwrap(),
+            Command::Void {
+                product_id: "p1".into(),
+                reservation_id: 3
+            }
+        );
     }
 
     #[test]
     fn routes_are_matched_from_the_table() {
         assert_eq!(route("GET", "/"), Ok(Route::Page));
         assert_eq!(route("GET", "/openapi.json"), Ok(Route::OpenApi));
+        assert_eq!(route("POST", "/api/session"), Ok(Route::Session));
+        let id = "00112233aabbccdd";
         assert_eq!(
-            route("GET", "/api/products/p1/reservations/7/"),
-            Ok(Route::Api(ApiRoute::GetReservation("p1".into(), 7)))
+            route("GET", &format!("/api/products/p1/reservations/{id}/")),
+            Ok(Route::Api(ApiRoute::GetReservation("p1".into(), id.into())))
         );
-        let p = route("PUT", "/api/products/p1/reservations/7/confirm").unwrap_err();
+        let p = route(
+            "PUT",
+            &format!("/api/products/p1/reservations/{id}/confirm"),
+        )
+        .unwrap_err();
         assert_eq!(p.code, ProblemCode::MethodNotAllowed);
         assert_eq!(p.allow.as_deref(), Some("POST"));
         assert_eq!(
             route("GET", "/api/products/p1/extra").unwrap_err().code,
             ProblemCode::NotFound
         );
-        for id in ["0", "01", "-1", "+1", "1.0", "18446744073709551616"] {
+        for id in [
+            "0",
+            "1",
+            "0011223344556677x",
+            "00112233AABBCCDD",
+            "-011223344556677",
+        ] {
             let path = format!("/api/products/p1/reservations/{id}");
             assert_eq!(
                 route("GET", &path).unwrap_err().code,
@@ -709,10 +830,12 @@ mod tests {
         for &(method, template, kind) in ROUTES {
             let path = template
                 .replace("{product_id}", "p1")
-                .replace("{reservation_id}", "9");
+                .replace("{reservation_id}", id);
             let got = route(method, &path).unwrap();
             let same = match (&got, kind) {
-                (Route::Page, RouteKind::Page) | (Route::OpenApi, RouteKind::OpenApi) => true,
+                (Route::Page, RouteKind::Page)
+                | (Route::OpenApi, RouteKind::OpenApi)
+                | (Route::Session, RouteKind::Session) => true,
                 (Route::Api(a), k) => api_kind(a) == k,
                 _ => false,
             };
@@ -730,6 +853,7 @@ mod tests {
             ApiRoute::AdminPut(_) => RouteKind::AdminPut,
             ApiRoute::AdminStats(_) => RouteKind::AdminStats,
             ApiRoute::AdminRestock(_) => RouteKind::AdminRestock,
+            ApiRoute::AdminVoid(..) => RouteKind::AdminVoid,
         }
     }
 }

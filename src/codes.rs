@@ -52,7 +52,10 @@ problem_codes! {
     InvalidProductId => "invalid_product_id", 400, "Invalid product id";
     IdempotencyKeyMissing => "idempotency_key_missing", 400, "Idempotency-Key required";
     IdempotencyKeyInvalid => "idempotency_key_invalid", 400, "Invalid Idempotency-Key";
-    BuyerMissing => "buyer_missing", 401, "Buyer identity required";
+    TokenMissing => "token_missing", 401, "Buyer token required";
+    TokenInvalid => "token_invalid", 401, "Invalid buyer token";
+    TokenExpired => "token_expired", 401, "Buyer token expired";
+    BadSignature => "bad_signature", 401, "Missing or bad signature";
     Unauthorized => "unauthorized", 401, "Admin token required";
     // Decided by the product's object.
     UnknownProduct => "unknown_product", 404, "Unknown product";
@@ -71,12 +74,15 @@ problem_codes! {
     Cancelled => "cancelled", 409, "Reservation cancelled";
     AlreadyConfirmed => "already_confirmed", 409, "Reservation already confirmed";
     AlreadyExpired => "already_expired", 409, "Reservation already expired";
+    Voided => "voided", 409, "Order voided";
+    NotConfirmed => "not_confirmed", 409, "Not a confirmed order";
     BelowCommitted => "below_committed", 409, "Total below committed units";
     StockTooLarge => "stock_too_large", 422, "Stock too large";
     BuyerAboveLimit => "buyer_above_limit", 409, "per_buyer_max below a buyer's units";
     SaleClosed => "sale_closed", 409, "Sale closed for good";
     // The gate failed; retrying is safe.
     Internal => "internal", 500, "Internal error";
+    Misconfigured => "misconfigured", 500, "Gate misconfigured";
 }
 
 impl ProblemCode {
@@ -102,6 +108,7 @@ impl ProblemCode {
             ConfirmKind::Confirmed => return None,
             ConfirmKind::Expired => ProblemCode::Expired,
             ConfirmKind::Cancelled => ProblemCode::Cancelled,
+            ConfirmKind::Voided => ProblemCode::Voided,
             ConfirmKind::Unknown => ProblemCode::UnknownReservation,
             ConfirmKind::InvalidInput => ProblemCode::InvalidInput,
         })
@@ -112,6 +119,7 @@ impl ProblemCode {
             CancelKind::Cancelled => return None,
             CancelKind::AlreadyConfirmed => ProblemCode::AlreadyConfirmed,
             CancelKind::AlreadyExpired => ProblemCode::AlreadyExpired,
+            CancelKind::Voided => ProblemCode::Voided,
             CancelKind::Unknown => ProblemCode::UnknownReservation,
         })
     }
@@ -125,6 +133,8 @@ impl ProblemCode {
             AdminRefusalKind::StockTooLarge => ProblemCode::StockTooLarge,
             AdminRefusalKind::BuyerAboveLimit => ProblemCode::BuyerAboveLimit,
             AdminRefusalKind::SaleClosed => ProblemCode::SaleClosed,
+            AdminRefusalKind::UnknownReservation => ProblemCode::UnknownReservation,
+            AdminRefusalKind::NotConfirmed => ProblemCode::NotConfirmed,
         }
     }
 }

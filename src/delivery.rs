@@ -2,32 +2,60 @@
 //! outbox lease becomes, and what an attempt's answer means. The object's
 //! shell only signs, sends and waits (`wasm/gate_do.rs`).
 
-use flashgate_core::OutboxEntry;
+use flashgate_core::{OutboxEntry, OutboxEvent};
 use flashgate_wire::bounds::order_id;
-use flashgate_wire::{Batch, BatchResult, Order};
+use flashgate_wire::{Batch, BatchResult, Event};
+
+use crate::ids::IdCodec;
 
 /// How long one delivery to the origin may take before it counts as failed.
 pub const ORIGIN_TIMEOUT_MS: u64 = 10_000;
 /// Batches one alarm sends before yielding; the next alarm continues.
 pub const BATCHES_PER_ALARM_MAX: usize = 20;
-/// The most orders one batch carries: what the origin accepts.
-pub const ORDERS_PER_BATCH_MAX: usize = flashgate_wire::bounds::ORDERS_PER_BATCH_MAX;
+/// The most events one batch carries: what the origin accepts.
+pub const EVENTS_PER_BATCH_MAX: usize = flashgate_wire::bounds::ORDERS_PER_BATCH_MAX;
 
-/// The origin batch for leased outbox entries of `product_id`.
-pub fn batch(product_id: &str, stock_total: u64, entries: &[OutboxEntry]) -> Batch {
-    let orders = entries
+/// The origin batch for leased outbox entries of `product_id`. Orders are
+/// named by the reservation id buyers see.
+pub fn batch(product_id: &str, ids: &IdCodec, entries: &[OutboxEntry]) -> Batch {
+    let events = entries
         .iter()
-        .map(|e| Order {
-            reservation_id: order_id(product_id, e.reservation_id),
-            product_id: product_id.to_string(),
-            buyer_id: e.buyer.to_string(),
-            quantity: e.quantity,
-            payment_ref: e.payment_ref.to_string(),
-            confirmed_at_ms: e.confirmed_at_ms,
-            stock_total,
+        .map(|e| match &e.event {
+            OutboxEvent::Stock { stock_total, at_ms } => Event::Stock {
+                seq: e.seq,
+                stock_total: *stock_total,
+                at_ms: *at_ms,
+            },
+            OutboxEvent::Order {
+                reservation_id,
+                buyer,
+                quantity,
+                payment_ref,
+                confirmed_at_ms,
+            } => Event::Order {
+                seq: e.seq,
+                reservation_id: order_id(product_id, &ids.encode(*reservation_id)),
+                buyer_id: buyer.to_string(),
+                quantity: *quantity,
+                payment_ref: payment_ref.to_string(),
+                confirmed_at_ms: *confirmed_at_ms,
+            },
+            OutboxEvent::Void {
+                reservation_id,
+                quantity,
+                voided_at_ms,
+            } => Event::Void {
+                seq: e.seq,
+                reservation_id: order_id(product_id, &ids.encode(*reservation_id)),
+                quantity: *quantity,
+                voided_at_ms: *voided_at_ms,
+            },
         })
         .collect();
-    Batch { orders }
+    Batch {
+        product_id: product_id.to_string(),
+        events,
+    }
 }
 
 /// What one attempt to post a batch came to, as the shell saw it.
@@ -75,9 +103,7 @@ impl DeliveryError {
 
     pub fn describe(&self) -> String {
         match self {
-            DeliveryError::NotConfigured => {
-                "no ORIGIN_URL or ORIGIN_HMAC_SECRET is configured".into()
-            }
+            DeliveryError::NotConfigured => "no ORIGIN_URL is configured".into(),
             DeliveryError::Encode(e) => format!("the batch could not be encoded: {e}"),
             DeliveryError::Network(e) => format!("network: {e}"),
             DeliveryError::Timeout => {
@@ -85,7 +111,7 @@ impl DeliveryError {
             }
             DeliveryError::Origin5xx(s) => format!("the origin failed with {s}"),
             DeliveryError::Signature => {
-                "the origin refused the signature (401): check ORIGIN_HMAC_SECRET and clocks".into()
+                "the origin refused the signature (401): check FORWARD_KEYS and clocks".into()
             }
             DeliveryError::Origin4xx(s) => format!("the origin refused the batch with {s}"),
             DeliveryError::BadAnswer(e) => format!("the origin's answer does not fit: {e}"),
@@ -123,40 +149,64 @@ pub fn classify(batch: &Batch, attempt: Attempt) -> Result<BatchResult, Delivery
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flashgate_wire::{ItemResult, ItemStatus};
+    use flashgate_wire::{EventResult, EventStatus};
+
+    const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
 
     fn entries() -> Vec<OutboxEntry> {
-        (1..=2)
-            .map(|i| OutboxEntry {
-                seq: i,
-                reservation_id: 10 + i,
-                buyer: "alice".into(),
-                quantity: 1,
-                payment_ref: "pay".into(),
-                confirmed_at_ms: 5,
-            })
-            .collect()
+        vec![
+            OutboxEntry {
+                seq: 1,
+                event: OutboxEvent::Stock {
+                    stock_total: 100,
+                    at_ms: 1,
+                },
+            },
+            OutboxEntry {
+                seq: 2,
+                event: OutboxEvent::Order {
+                    reservation_id: 11,
+                    buyer: "alice".into(),
+                    quantity: 1,
+                    payment_ref: "pay".into(),
+                    confirmed_at_ms: 5,
+                },
+            },
+            OutboxEntry {
+                seq: 3,
+                event: OutboxEvent::Void {
+                    reservation_id: 11,
+                    quantity: 1,
+                    voided_at_ms: 6,
+                },
+            },
+        ]
     }
 
     #[test]
-    fn a_batch_names_each_order_by_product_and_reservation() {
-        let b = batch("p1", 100, &entries());
+    fn a_batch_carries_every_event_with_its_sequence() {
+        let ids = IdCodec::new(SECRET, "p1");
+        let b = batch("p1", &ids, &entries());
         assert_eq!(b.validate(), Ok(()));
-        let ids: Vec<_> = b.orders.iter().map(|o| o.reservation_id.as_str()).collect();
-        assert_eq!(ids, ["p1:11", "p1:12"]);
-        assert!(b.orders.iter().all(|o| o.stock_total == 100));
+        let seqs: Vec<u64> = b.events.iter().map(Event::seq).collect();
+        assert_eq!(seqs, [1, 2, 3]);
+        let Event::Order { reservation_id, .. } = &b.events[1] else {
+            panic!("an order")
+        };
+        assert_eq!(*reservation_id, format!("p1:{}", ids.encode(11)));
     }
 
     #[test]
     fn attempts_sort_into_classes() {
-        let b = batch("p1", 100, &entries());
-        let answer = |status: ItemStatus| {
+        let ids = IdCodec::new(SECRET, "p1");
+        let b = batch("p1", &ids, &entries());
+        let answer = |batch: &Batch, status: EventStatus| {
             let r = BatchResult {
-                results: b
-                    .orders
+                results: batch
+                    .events
                     .iter()
-                    .map(|o| ItemResult {
-                        reservation_id: o.reservation_id.clone(),
+                    .map(|e| EventResult {
+                        seq: e.seq(),
                         status,
                     })
                     .collect(),
@@ -167,11 +217,11 @@ mod tests {
             &b,
             Attempt::Answered {
                 status: 200,
-                body: answer(ItemStatus::RejectedOversell),
+                body: answer(&b, EventStatus::RejectedOversell),
             },
         )
         .unwrap();
-        assert_eq!(ok.rejected_oversell(), 2);
+        assert_eq!(ok.refused(), 3);
         let cases = [
             (Attempt::NotConfigured, DeliveryError::NotConfigured, false),
             (
@@ -216,12 +266,12 @@ mod tests {
             assert_eq!(got.retryable(), retryable, "{}", got.describe());
         }
         // A 2xx that is not this batch's answer acks nothing.
-        let other = batch("p2", 1, &entries());
+        let shorter = batch("p1", &ids, &entries()[..2]);
         let wrong = classify(
-            &other,
+            &b,
             Attempt::Answered {
                 status: 200,
-                body: answer(ItemStatus::Inserted),
+                body: answer(&shorter, EventStatus::Applied),
             },
         );
         assert!(matches!(wrong, Err(DeliveryError::BadAnswer(_))));

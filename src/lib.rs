@@ -5,6 +5,8 @@
 //! product's Durable Object, one per product id. Everything that decides is
 //! a pure module, tested natively:
 //! - `api`: the route table, routing and validation;
+//! - `auth`, `settings`, `ids`: who may do what and how it is proven, the
+//!   gate's keys and switches, and the opaque reservation ids;
 //! - `codes`, `problem`, `reply`, `views`, `time`: what answers look like;
 //! - `service`: one command applied to the core, and its reply;
 //! - `object`: the Durable Object as a state machine over its storage;
@@ -16,13 +18,17 @@
 //! alarms and fetches, and decides nothing.
 
 pub mod api;
+pub mod auth;
 pub mod codes;
 pub mod delivery;
+pub mod ids;
 pub mod object;
+pub mod page;
 pub mod problem;
 pub mod read_cache;
 pub mod reply;
 pub mod service;
+pub mod settings;
 pub mod sql;
 pub mod time;
 pub mod views;

@@ -66,11 +66,9 @@ pub struct Lease {
 /// What became of a delivery's answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Settled {
-    /// The origin stored the batch; its entries left the outbox.
-    Acked {
-        entries: u64,
-        rejected_oversell: u64,
-    },
+    /// The origin applied the batch; its entries left the outbox. `refused`
+    /// counts the events it refused (a disagreement, never expected).
+    Acked { entries: u64, refused: u64 },
     /// The core refused the ack; nothing changed (a bug signal).
     AckRefused(AckOutcome),
     /// The delivery failed; the batch goes again after a backoff. `nacked`
@@ -84,6 +82,8 @@ pub enum Settled {
 
 pub struct ProductObject {
     product: Option<Product>,
+    /// Keys the codec of the product's reservation ids (`ID_SECRET`).
+    id_secret: Vec<u8>,
     /// Memory may be ahead of (or was never read from) storage: the next
     /// event reloads before deciding anything.
     poisoned: bool,
@@ -94,17 +94,12 @@ pub struct ProductObject {
     delivery: DeliveryStatus,
 }
 
-impl Default for ProductObject {
-    fn default() -> Self {
-        ProductObject::new()
-    }
-}
-
 impl ProductObject {
     /// An object that has read nothing yet; its first event loads.
-    pub fn new() -> ProductObject {
+    pub fn new(id_secret: &[u8]) -> ProductObject {
         ProductObject {
             product: None,
+            id_secret: id_secret.to_vec(),
             poisoned: true,
             generation: 0,
             alarm_at_ms: None,
@@ -122,10 +117,7 @@ impl ProductObject {
             Some(stored) => {
                 let gate = Gate::restore(stored.rows)
                     .map_err(|e| StorageError(format!("stored gate is corrupt: {e:?}")))?;
-                Some(Product {
-                    id: stored.product_id,
-                    gate,
-                })
+                Some(Product::new(stored.product_id, gate, &self.id_secret))
             }
         };
         self.product = product;
@@ -159,7 +151,13 @@ impl ProductObject {
     ) -> Result<Reply, StorageError> {
         self.ensure_loaded(store)?;
         let existed = self.product.is_some();
-        let reply = service::execute(&mut self.product, cmd, now_ms, &self.delivery);
+        let reply = service::execute(
+            &mut self.product,
+            cmd,
+            now_ms,
+            &self.delivery,
+            &self.id_secret,
+        );
         let created = !existed && self.product.is_some();
         self.persist(store, created)?;
         Ok(reply)
@@ -210,13 +208,13 @@ impl ProductObject {
         let Some(p) = self.product.as_mut() else {
             return Ok(None);
         };
-        let entries = p.gate.poll_outbox(now_ms, delivery::ORDERS_PER_BATCH_MAX);
+        let entries = p.gate.poll_outbox(now_ms, delivery::EVENTS_PER_BATCH_MAX);
         let Some(last) = entries.last() else {
             return Ok(None);
         };
         Ok(Some(Lease {
             up_to_seq: last.seq,
-            batch: delivery::batch(&p.id, p.gate.stock_total(), &entries),
+            batch: delivery::batch(&p.id, &p.ids, &entries),
             generation: self.generation,
         }))
     }
@@ -243,14 +241,11 @@ impl ProductObject {
         let settled = match result {
             Ok(answer) => match p.gate.ack_outbox(lease.up_to_seq) {
                 AckOutcome::Acked { entries } => {
-                    let rejected_oversell = answer.rejected_oversell() as u64;
-                    self.delivery.rejected_oversell += rejected_oversell;
+                    let refused = answer.refused() as u64;
+                    self.delivery.refused += refused;
                     self.delivery.last_success_ms = Some(now_ms);
                     self.delivery.last_error = None;
-                    Settled::Acked {
-                        entries,
-                        rejected_oversell,
-                    }
+                    Settled::Acked { entries, refused }
                 }
                 refused => Settled::AckRefused(refused),
             },

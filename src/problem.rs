@@ -17,6 +17,8 @@ pub struct Problem {
     pub retry_after_s: Option<u64>,
     /// Sent as `Allow` with a 405.
     pub allow: Option<String>,
+    /// Sent as `WWW-Authenticate` with a 401 (RFC 9110, RFC 6750).
+    pub www_authenticate: Option<String>,
 }
 
 impl Problem {
@@ -27,6 +29,7 @@ impl Problem {
             extra: Map::new(),
             retry_after_s: None,
             allow: None,
+            www_authenticate: None,
         }
     }
 
@@ -132,16 +135,6 @@ impl Problem {
         )
     }
 
-    pub fn buyer_missing() -> Self {
-        Problem::new(
-            ProblemCode::BuyerMissing,
-            format!(
-                "send the X-Buyer-Id header: 1 to {} characters from A-Z a-z 0-9 _ - .",
-                flashgate_wire::bounds::BUYER_ID_BYTES_MAX
-            ),
-        )
-    }
-
     pub fn unauthorized() -> Self {
         Problem::new(
             ProblemCode::Unauthorized,
@@ -154,6 +147,10 @@ impl Problem {
             ProblemCode::UnknownProduct,
             format!("no product has the id {id:?}"),
         )
+    }
+
+    pub fn misconfigured(detail: impl Into<String>) -> Self {
+        Problem::new(ProblemCode::Misconfigured, detail)
     }
 
     pub fn internal() -> Self {

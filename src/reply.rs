@@ -12,6 +12,7 @@ pub struct Reply {
     pub problem: bool,
     pub retry_after_s: Option<u64>,
     pub allow: Option<String>,
+    pub www_authenticate: Option<String>,
     /// The answer is a replay of an earlier one (`Idempotent-Replayed`).
     pub replayed: bool,
 }
@@ -24,6 +25,7 @@ impl Reply {
             problem: false,
             retry_after_s: None,
             allow: None,
+            www_authenticate: None,
             replayed: false,
         }
     }
@@ -51,6 +53,7 @@ impl From<Problem> for Reply {
             problem: true,
             retry_after_s: p.retry_after_s,
             allow: p.allow,
+            www_authenticate: p.www_authenticate,
             replayed: false,
         }
     }

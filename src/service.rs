@@ -9,16 +9,28 @@ use flashgate_core::{AdminRefusal, CancelOutcome, ConfirmOutcome, Gate, ReserveO
 
 use crate::api::Command;
 use crate::codes::ProblemCode;
+use crate::ids::IdCodec;
 use crate::problem::Problem;
 use crate::reply::Reply;
 use crate::time::rfc3339;
 use crate::views::{self, DeliveryStatus};
 
-/// The product an object holds: its id and its gate, which exist together
-/// or not at all.
+/// The product an object holds: its id, its gate, and the codec of its
+/// reservation ids, which exist together or not at all.
 pub struct Product {
     pub id: String,
     pub gate: Gate,
+    pub ids: IdCodec,
+}
+
+impl Product {
+    pub fn new(id: String, gate: Gate, id_secret: &[u8]) -> Product {
+        Product {
+            ids: IdCodec::new(id_secret, &id),
+            id,
+            gate,
+        }
+    }
 }
 
 /// Applies one command. `product` is `None` until an admin creates it; an
@@ -28,17 +40,15 @@ pub fn execute(
     cmd: &Command,
     now_ms: u64,
     delivery: &DeliveryStatus,
+    id_secret: &[u8],
 ) -> Reply {
     let p = match (product.as_mut(), cmd) {
         (Some(p), _) => p,
         (None, Command::Upsert { product_id, patch }) => {
-            return match Gate::create(patch) {
+            return match Gate::create(now_ms, patch) {
                 Ok(gate) => {
                     let body = views::product(&gate, product_id, now_ms);
-                    *product = Some(Product {
-                        id: product_id.clone(),
-                        gate,
-                    });
+                    *product = Some(Product::new(product_id.clone(), gate, id_secret));
                     Reply::ok(201, body)
                 }
                 Err(refusal) => admin_problem(refusal).into(),
@@ -46,7 +56,7 @@ pub fn execute(
         }
         (None, cmd) => return Problem::unknown_product(cmd.product_id()).into(),
     };
-    let (id, g) = (p.id.as_str(), &mut p.gate);
+    let (id, g, ids) = (p.id.as_str(), &mut p.gate, &p.ids);
     match cmd {
         Command::GetProduct { .. } => Reply::ok(200, views::product(g, id, now_ms)),
         Command::Reserve {
@@ -54,13 +64,13 @@ pub fn execute(
             idem_key,
             quantity,
             ..
-        } => reserve_reply(g.reserve(now_ms, buyer, idem_key, *quantity)),
+        } => reserve_reply(ids, g.reserve(now_ms, buyer, idem_key, *quantity)),
         Command::GetReservation {
             buyer,
             reservation_id,
             ..
         } => match g.reservation(now_ms, *reservation_id, buyer) {
-            Some(v) => Reply::ok(200, views::reservation(&v)),
+            Some(v) => Reply::ok(200, views::reservation(ids, &v)),
             None => Problem::unknown_reservation().into(),
         },
         Command::Confirm {
@@ -68,12 +78,16 @@ pub fn execute(
             reservation_id,
             payment_ref,
             ..
-        } => confirm_reply(g.confirm(now_ms, *reservation_id, buyer, payment_ref)),
+        } => confirm_reply(ids, g.confirm(now_ms, *reservation_id, buyer, payment_ref)),
         Command::Cancel {
             buyer,
             reservation_id,
             ..
-        } => cancel_reply(*reservation_id, g.cancel(now_ms, *reservation_id, buyer)),
+        } => cancel_reply(
+            ids,
+            *reservation_id,
+            g.cancel(now_ms, *reservation_id, buyer),
+        ),
         Command::Upsert { patch, .. } => match g.update(now_ms, patch) {
             Ok(()) => Reply::ok(200, views::product(g, id, now_ms)),
             Err(refusal) => admin_problem(refusal).into(),
@@ -83,17 +97,26 @@ pub fn execute(
             Err(refusal) => admin_problem(refusal).into(),
         },
         Command::Stats { .. } => Reply::ok(200, views::stats_value(id, &g.stats(now_ms), delivery)),
+        Command::Void { reservation_id, .. } => match g.void(now_ms, *reservation_id) {
+            Ok(v) => Reply::ok(200, views::voided(ids, &v)),
+            Err(refusal) => admin_problem(refusal).into(),
+        },
     }
 }
 
-fn reserve_reply(outcome: ReserveOutcome) -> Reply {
+fn reserve_reply(ids: &IdCodec, outcome: ReserveOutcome) -> Reply {
     let problem = |code: ProblemCode, detail: String| Problem::new(code, detail);
     let p = match outcome {
         ReserveOutcome::Reserved {
             reservation_id,
             expires_at_ms,
             quantity,
-        } => return Reply::ok(201, views::hold(reservation_id, expires_at_ms, quantity)),
+        } => {
+            return Reply::ok(
+                201,
+                views::hold(ids, reservation_id, expires_at_ms, quantity),
+            )
+        }
         ReserveOutcome::Replayed {
             reservation_id,
             expires_at_ms,
@@ -101,14 +124,17 @@ fn reserve_reply(outcome: ReserveOutcome) -> Reply {
         } => {
             return Reply {
                 replayed: true,
-                ..Reply::ok(200, views::hold(reservation_id, expires_at_ms, quantity))
+                ..Reply::ok(
+                    200,
+                    views::hold(ids, reservation_id, expires_at_ms, quantity),
+                )
             }
         }
         ReserveOutcome::IdempotencyConflict { reservation_id } => problem(
             ProblemCode::IdempotencyConflict,
             "this Idempotency-Key was already used with a different request".into(),
         )
-        .with("reservation_id", reservation_id.to_string()),
+        .with("reservation_id", ids.encode(reservation_id)),
         ReserveOutcome::SoldOut => {
             problem(ProblemCode::SoldOut, "every unit is held or sold".into())
         }
@@ -156,9 +182,9 @@ fn reserve_reply(outcome: ReserveOutcome) -> Reply {
     p.into()
 }
 
-fn confirm_reply(outcome: ConfirmOutcome) -> Reply {
+fn confirm_reply(ids: &IdCodec, outcome: ConfirmOutcome) -> Reply {
     let p = match &outcome {
-        ConfirmOutcome::Confirmed(c) => return Reply::ok(200, views::confirmation(c)),
+        ConfirmOutcome::Confirmed(c) => return Reply::ok(200, views::confirmation(ids, c)),
         ConfirmOutcome::Expired => Problem::new(
             ProblemCode::Expired,
             "the hold expired before the confirm arrived; its units went back on sale",
@@ -166,6 +192,10 @@ fn confirm_reply(outcome: ConfirmOutcome) -> Reply {
         ConfirmOutcome::Cancelled => {
             Problem::new(ProblemCode::Cancelled, "the reservation was cancelled")
         }
+        ConfirmOutcome::Voided => Problem::new(
+            ProblemCode::Voided,
+            "the order was voided and its payment refunded",
+        ),
         ConfirmOutcome::Unknown => Problem::unknown_reservation(),
         ConfirmOutcome::InvalidInput(_) => {
             Problem::new(ProblemCode::InvalidInput, "payment_ref is not acceptable")
@@ -175,11 +205,15 @@ fn confirm_reply(outcome: ConfirmOutcome) -> Reply {
     p.into()
 }
 
-fn cancel_reply(id: u64, outcome: CancelOutcome) -> Reply {
+fn cancel_reply(ids: &IdCodec, id: u64, outcome: CancelOutcome) -> Reply {
     let p = match outcome {
         CancelOutcome::Cancelled { quantity } => {
-            return Reply::ok(200, views::cancelled(id, quantity))
+            return Reply::ok(200, views::cancelled(ids, id, quantity))
         }
+        CancelOutcome::Voided => Problem::new(
+            ProblemCode::Voided,
+            "the order was voided and its payment refunded",
+        ),
         CancelOutcome::AlreadyConfirmed => Problem::new(
             ProblemCode::AlreadyConfirmed,
             "a confirmed reservation cannot be cancelled here",
@@ -219,6 +253,11 @@ fn admin_problem(refusal: AdminRefusal) -> Problem {
         )
         .with("units", units),
         AdminRefusal::SaleClosed => Problem::new(code, "a closed sale stays closed"),
+        AdminRefusal::UnknownReservation => Problem::new(code, "no reservation has this id"),
+        AdminRefusal::NotConfirmed => Problem::new(
+            code,
+            "only a confirmed order can be voided; a hold is cancelled or expires",
+        ),
     }
 }
 
@@ -248,7 +287,8 @@ mod tests {
     fn outcomes_map_to_statuses() {
         let d = DeliveryStatus::default();
         let mut product = None;
-        let run = |p: &mut Option<Product>, cmd: &Command, now| execute(p, cmd, now, &d);
+        let secret = b"0123456789abcdef0123456789abcdef";
+        let run = |p: &mut Option<Product>, cmd: &Command, now| execute(p, cmd, now, &d, secret);
         assert_eq!(run(&mut product, &reserve("alice", 1, "k"), 0).status, 404);
         let missing = run(&mut product, &upsert(ConfigPatch::default()), 0);
         assert_eq!(
@@ -264,7 +304,8 @@ mod tests {
         assert_eq!(run(&mut product, &create, 0).status, 201);
         let r = run(&mut product, &reserve("alice", 1, "k1"), 0);
         assert_eq!(r.status, 201);
-        assert_eq!(r.body["reservation_id"], "1");
+        let codec = IdCodec::new(secret, "p1");
+        assert_eq!(r.body["reservation_id"], codec.encode(1));
         let again = run(&mut product, &reserve("alice", 1, "k1"), 1);
         assert_eq!((again.status, again.replayed), (200, true));
         assert_eq!(again.body, r.body);

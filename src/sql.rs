@@ -9,7 +9,8 @@
 //! in one turn of the event loop with nothing awaited in between.
 
 use flashgate_core::{
-    Change, Config, HoldState, ItemKey, MetaRow, Mode, OutboxEntry, ReservationRow, Row,
+    Change, Config, HoldState, ItemKey, MetaRow, Mode, OutboxEntry, OutboxEvent, ReservationRow,
+    Row,
 };
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -31,7 +32,14 @@ pub trait SqlDb {
     fn query<T: DeserializeOwned>(&mut self, sql: &str) -> Result<Vec<T>, StorageError>;
 }
 
+/// The version of the tables below. A product stored under another
+/// version is refused at load with a clear error rather than misread.
+pub const SCHEMA_VERSION: u64 = 2;
+
 const SCHEMA: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS schema_version (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        version INTEGER NOT NULL)",
     "CREATE TABLE IF NOT EXISTS product (
         id INTEGER PRIMARY KEY CHECK (id = 1),
         product_id TEXT NOT NULL)",
@@ -61,14 +69,19 @@ const SCHEMA: &[&str] = &[
         expires_at_ms INTEGER NOT NULL,
         payment_ref TEXT,
         confirmed_at_ms INTEGER,
-        outbox_seq INTEGER)",
+        outbox_seq INTEGER,
+        voided_at_ms INTEGER,
+        void_seq INTEGER)",
+    // One row per event; the columns an event kind does not use are NULL.
     "CREATE TABLE IF NOT EXISTS outbox (
         seq INTEGER PRIMARY KEY,
-        reservation_id INTEGER NOT NULL,
-        buyer TEXT NOT NULL,
-        quantity INTEGER NOT NULL,
-        payment_ref TEXT NOT NULL,
-        confirmed_at_ms INTEGER NOT NULL)",
+        kind TEXT NOT NULL CHECK (kind IN ('stock', 'order', 'void')),
+        at_ms INTEGER NOT NULL,
+        stock_total INTEGER,
+        reservation_id INTEGER,
+        buyer TEXT,
+        quantity INTEGER,
+        payment_ref TEXT)",
 ];
 
 /// Values are far below 2^53 (see `flashgate_core::limits`), so they are
@@ -92,6 +105,10 @@ pub fn create(db: &mut impl SqlDb, product_id: &str) -> Result<(), StorageError>
     for stmt in SCHEMA {
         db.exec(stmt, &[])?;
     }
+    db.exec(
+        "INSERT OR REPLACE INTO schema_version (id, version) VALUES (1, ?)",
+        &[int(SCHEMA_VERSION)],
+    )?;
     db.exec(
         "INSERT OR REPLACE INTO product (id, product_id) VALUES (1, ?)",
         &[text(product_id)],
@@ -144,8 +161,9 @@ pub fn write(db: &mut impl SqlDb, changes: &[Change]) -> Result<(), StorageError
             }
             Change::Put(Row::Reservation(r)) => db.exec(
                 "INSERT OR REPLACE INTO reservations (id, buyer, idem_key, quantity, state,
-                    expires_at_ms, payment_ref, confirmed_at_ms, outbox_seq)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    expires_at_ms, payment_ref, confirmed_at_ms, outbox_seq, voided_at_ms,
+                    void_seq)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 &[
                     int(r.id),
                     text(&r.buyer),
@@ -156,21 +174,61 @@ pub fn write(db: &mut impl SqlDb, changes: &[Change]) -> Result<(), StorageError
                     r.payment_ref.as_deref().map_or(SqlValue::Null, text),
                     opt_int(r.confirmed_at_ms),
                     opt_int(r.outbox_seq),
+                    opt_int(r.voided_at_ms),
+                    opt_int(r.void_seq),
                 ],
             )?,
-            Change::Put(Row::Outbox(e)) => db.exec(
-                "INSERT OR REPLACE INTO outbox (seq, reservation_id, buyer, quantity,
-                    payment_ref, confirmed_at_ms)
-                 VALUES (?, ?, ?, ?, ?, ?)",
-                &[
-                    int(e.seq),
-                    int(e.reservation_id),
-                    text(&e.buyer),
-                    int(u64::from(e.quantity)),
-                    text(&e.payment_ref),
-                    int(e.confirmed_at_ms),
-                ],
-            )?,
+            Change::Put(Row::Outbox(e)) => {
+                let (kind, at_ms, stock, reservation, buyer, quantity, payment_ref) = match &e.event
+                {
+                    OutboxEvent::Stock { stock_total, at_ms } => {
+                        ("stock", *at_ms, Some(*stock_total), None, None, None, None)
+                    }
+                    OutboxEvent::Order {
+                        reservation_id,
+                        buyer,
+                        quantity,
+                        payment_ref,
+                        confirmed_at_ms,
+                    } => (
+                        "order",
+                        *confirmed_at_ms,
+                        None,
+                        Some(*reservation_id),
+                        Some(&**buyer),
+                        Some(*quantity),
+                        Some(&**payment_ref),
+                    ),
+                    OutboxEvent::Void {
+                        reservation_id,
+                        quantity,
+                        voided_at_ms,
+                    } => (
+                        "void",
+                        *voided_at_ms,
+                        None,
+                        Some(*reservation_id),
+                        None,
+                        Some(*quantity),
+                        None,
+                    ),
+                };
+                db.exec(
+                    "INSERT OR REPLACE INTO outbox (seq, kind, at_ms, stock_total,
+                        reservation_id, buyer, quantity, payment_ref)
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    &[
+                        int(e.seq),
+                        text(kind),
+                        int(at_ms),
+                        opt_int(stock),
+                        opt_int(reservation),
+                        buyer.map_or(SqlValue::Null, text),
+                        opt_int(quantity.map(u64::from)),
+                        payment_ref.map_or(SqlValue::Null, text),
+                    ],
+                )?
+            }
             Change::Delete(ItemKey::Reservation(id)) => {
                 db.exec("DELETE FROM reservations WHERE id = ?", &[int(*id)])?
             }
@@ -213,16 +271,49 @@ struct ReservationSql {
     payment_ref: Option<String>,
     confirmed_at_ms: Option<u64>,
     outbox_seq: Option<u64>,
+    voided_at_ms: Option<u64>,
+    void_seq: Option<u64>,
 }
 
 #[derive(Deserialize)]
 struct OutboxSql {
     seq: u64,
-    reservation_id: u64,
-    buyer: String,
-    quantity: u32,
-    payment_ref: String,
-    confirmed_at_ms: u64,
+    kind: String,
+    at_ms: u64,
+    stock_total: Option<u64>,
+    reservation_id: Option<u64>,
+    buyer: Option<String>,
+    quantity: Option<u32>,
+    payment_ref: Option<String>,
+}
+
+impl OutboxSql {
+    fn event(self) -> Option<OutboxEvent> {
+        Some(match self.kind.as_str() {
+            "stock" => OutboxEvent::Stock {
+                stock_total: self.stock_total?,
+                at_ms: self.at_ms,
+            },
+            "order" => OutboxEvent::Order {
+                reservation_id: self.reservation_id?,
+                buyer: self.buyer?.into(),
+                quantity: self.quantity?,
+                payment_ref: self.payment_ref?.into(),
+                confirmed_at_ms: self.at_ms,
+            },
+            "void" => OutboxEvent::Void {
+                reservation_id: self.reservation_id?,
+                quantity: self.quantity?,
+                voided_at_ms: self.at_ms,
+            },
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct VersionSql {
+    version: u64,
 }
 
 fn corrupt(what: &str) -> StorageError {
@@ -242,6 +333,23 @@ pub fn load(db: &mut impl SqlDb) -> Result<Option<Stored>, StorageError> {
     let Some(product) = products.into_iter().next() else {
         return Ok(None);
     };
+    // Tables from before the schema had a version are version 1.
+    let versioned: Vec<CountSql> = db.query(
+        "SELECT count(*) AS n FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'",
+    )?;
+    let version = if versioned.iter().all(|t| t.n == 0) {
+        1
+    } else {
+        let v: Vec<VersionSql> = db.query("SELECT version FROM schema_version")?;
+        v.first().map_or(1, |v| v.version)
+    };
+    if version != SCHEMA_VERSION {
+        return Err(StorageError(format!(
+            "product {} is stored in schema version {version}, and this gate reads \
+             version {SCHEMA_VERSION}; it was stored by another release of flashgate",
+            product.product_id
+        )));
+    }
     let mut rows = Vec::new();
     for m in db.query::<MetaSql>("SELECT * FROM meta")? {
         rows.push(Row::Meta(MetaRow {
@@ -268,17 +376,14 @@ pub fn load(db: &mut impl SqlDb) -> Result<Option<Stored>, StorageError> {
             payment_ref: r.payment_ref,
             confirmed_at_ms: r.confirmed_at_ms,
             outbox_seq: r.outbox_seq,
+            voided_at_ms: r.voided_at_ms,
+            void_seq: r.void_seq,
         }));
     }
     for e in db.query::<OutboxSql>("SELECT * FROM outbox")? {
-        rows.push(Row::Outbox(OutboxEntry {
-            seq: e.seq,
-            reservation_id: e.reservation_id,
-            buyer: e.buyer.into(),
-            quantity: e.quantity,
-            payment_ref: e.payment_ref.into(),
-            confirmed_at_ms: e.confirmed_at_ms,
-        }));
+        let seq = e.seq;
+        let event = e.event().ok_or_else(|| corrupt("outbox entry"))?;
+        rows.push(Row::Outbox(OutboxEntry { seq, event }));
     }
     Ok(Some(Stored {
         product_id: product.product_id,

@@ -3,12 +3,13 @@
 
 use flashgate_core::{
     CancelKind, ConfirmKind, Confirmation, Gate, HoldState, Phase, ReservationView, ReserveKind,
-    Stats,
+    Stats, Voided,
 };
 use flashgate_wire::{CounterStats, GateStats, OutboxStats, SaleState};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::ids::IdCodec;
 use crate::time::rfc3339;
 
 /// How the shell's forwarding of the outbox is going, since the object
@@ -17,7 +18,8 @@ use crate::time::rfc3339;
 pub struct DeliveryStatus {
     pub last_error: Option<String>,
     pub last_success_ms: Option<u64>,
-    pub rejected_oversell: u64,
+    /// Events the origin refused: a disagreement, never expected.
+    pub refused: u64,
 }
 
 fn to_value(v: impl Serialize) -> Value {
@@ -72,29 +74,33 @@ struct HoldView {
     expires_at_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     confirmation: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    voided_at: Option<String>,
 }
 
 /// A reservation just made, or replayed.
-pub fn hold(id: u64, expires_at_ms: u64, quantity: u32) -> Value {
+pub fn hold(ids: &IdCodec, id: u64, expires_at_ms: u64, quantity: u32) -> Value {
     to_value(HoldView {
-        reservation_id: id.to_string(),
+        reservation_id: ids.encode(id),
         state: HoldState::Held.as_str(),
         quantity,
         expires_at: rfc3339(expires_at_ms),
         expires_at_ms,
         confirmation: None,
+        voided_at: None,
     })
 }
 
 /// A buyer's own reservation as it reads now.
-pub fn reservation(v: &ReservationView) -> Value {
+pub fn reservation(ids: &IdCodec, v: &ReservationView) -> Value {
     to_value(HoldView {
-        reservation_id: v.id.to_string(),
+        reservation_id: ids.encode(v.id),
         state: v.state.as_str(),
         quantity: v.quantity,
         expires_at: rfc3339(v.expires_at_ms),
         expires_at_ms: v.expires_at_ms,
-        confirmation: v.confirmation.as_ref().map(confirmation),
+        confirmation: v.confirmation.as_ref().map(|c| confirmation(ids, c)),
+        voided_at: v.voided_at_ms.map(rfc3339),
     })
 }
 
@@ -108,9 +114,9 @@ struct ConfirmationView<'a> {
     confirmed_at_ms: u64,
 }
 
-pub fn confirmation(c: &Confirmation) -> Value {
+pub fn confirmation(ids: &IdCodec, c: &Confirmation) -> Value {
     to_value(ConfirmationView {
-        reservation_id: c.reservation_id.to_string(),
+        reservation_id: ids.encode(c.reservation_id),
         state: HoldState::Confirmed.as_str(),
         quantity: c.quantity,
         payment_ref: &c.payment_ref,
@@ -126,11 +132,31 @@ struct CancelledView {
     quantity: u32,
 }
 
-pub fn cancelled(id: u64, quantity: u32) -> Value {
+pub fn cancelled(ids: &IdCodec, id: u64, quantity: u32) -> Value {
     to_value(CancelledView {
-        reservation_id: id.to_string(),
+        reservation_id: ids.encode(id),
         state: HoldState::Cancelled.as_str(),
         quantity,
+    })
+}
+
+#[derive(Serialize)]
+struct VoidedView {
+    reservation_id: String,
+    state: &'static str,
+    quantity: u32,
+    voided_at: String,
+    voided_at_ms: u64,
+}
+
+/// An order the admin voided.
+pub fn voided(ids: &IdCodec, v: &Voided) -> Value {
+    to_value(VoidedView {
+        reservation_id: ids.encode(v.reservation_id),
+        state: HoldState::Voided.as_str(),
+        quantity: v.quantity,
+        voided_at: rfc3339(v.voided_at_ms),
+        voided_at_ms: v.voided_at_ms,
     })
 }
 
@@ -179,7 +205,7 @@ pub fn stats(product_id: &str, s: &Stats, delivery: &DeliveryStatus) -> GateStat
             retry_at_ms: s.outbox_retry_at_ms,
             last_error: delivery.last_error.clone(),
             last_success_ms: delivery.last_success_ms,
-            rejected_oversell: delivery.rejected_oversell,
+            refused: delivery.refused,
         },
         next_deadline_ms: s.next_deadline_ms,
         counters,

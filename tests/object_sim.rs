@@ -18,9 +18,12 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use flashgate::api::Command;
 use flashgate::delivery::{self, Attempt};
+use flashgate::ids::IdCodec;
 use flashgate::object::{Lease, ProductObject, Settled, Storage, StorageError, Stored};
-use flashgate_core::{splitmix64, Change, ConfigPatch, HoldState, Row, RowKey};
-use flashgate_wire::{Batch, BatchResult, ItemResult, ItemStatus};
+use flashgate_core::{splitmix64, Change, ConfigPatch, HoldState, OutboxEvent, Row, RowKey};
+use flashgate_wire::{Batch, BatchResult, Event, EventResult, EventStatus};
+
+const SECRET: &[u8] = b"id-secret-0123456789abcdef0123456789";
 
 struct Rng(u64);
 
@@ -85,32 +88,66 @@ impl Storage for MemStorage {
     }
 }
 
-/// The origin: orders by id, inserted once.
+/// The origin: orders by id, inserted once; voids applied once; stock
+/// totals applied only forward by sequence.
 #[derive(Default)]
 struct Origin {
-    orders: BTreeMap<String, u32>,
+    /// Order id -> (quantity, voided).
+    orders: BTreeMap<String, (u32, bool)>,
+    /// (sequence, total) of the last stock event applied.
+    stock: Option<(u64, u64)>,
     deliveries: u64,
+    refused: u64,
 }
 
 impl Origin {
-    /// Stores a batch idempotently and answers as the real origin would.
+    /// Applies a batch idempotently and answers as the real origin would.
     fn ingest(&mut self, batch: &Batch) -> BatchResult {
         self.deliveries += 1;
         let results = batch
-            .orders
+            .events
             .iter()
-            .map(|o| {
-                let fresh = self
-                    .orders
-                    .insert(o.reservation_id.clone(), o.quantity)
-                    .is_none();
-                ItemResult {
-                    reservation_id: o.reservation_id.clone(),
-                    status: if fresh {
-                        ItemStatus::Inserted
-                    } else {
-                        ItemStatus::Exists
+            .map(|e| {
+                let status = match e {
+                    Event::Stock {
+                        seq, stock_total, ..
+                    } => match self.stock {
+                        Some((applied, _)) if applied >= *seq => EventStatus::Duplicate,
+                        _ => {
+                            self.stock = Some((*seq, *stock_total));
+                            EventStatus::Applied
+                        }
                     },
+                    Event::Order {
+                        reservation_id,
+                        quantity,
+                        ..
+                    } => {
+                        if self.orders.contains_key(reservation_id) {
+                            EventStatus::Duplicate
+                        } else {
+                            self.orders
+                                .insert(reservation_id.clone(), (*quantity, false));
+                            EventStatus::Applied
+                        }
+                    }
+                    Event::Void { reservation_id, .. } => {
+                        match self.orders.get_mut(reservation_id) {
+                            Some((_, true)) => EventStatus::Duplicate,
+                            Some((_, voided)) => {
+                                *voided = true;
+                                EventStatus::Applied
+                            }
+                            None => {
+                                self.refused += 1;
+                                EventStatus::Refused
+                            }
+                        }
+                    }
+                };
+                EventResult {
+                    seq: e.seq(),
+                    status,
                 }
             })
             .collect();
@@ -142,13 +179,23 @@ struct Sim {
 
 const PRODUCT: &str = "sim";
 
+fn codec() -> &'static IdCodec {
+    static CODEC: std::sync::OnceLock<IdCodec> = std::sync::OnceLock::new();
+    CODEC.get_or_init(|| IdCodec::new(SECRET, PRODUCT))
+}
+
+/// The origin's id of reservation `id`.
+fn order(id: u64) -> String {
+    format!("{PRODUCT}:{}", codec().encode(id))
+}
+
 impl Sim {
     fn new(seed: u64) -> Sim {
         Sim {
             rng: Rng(seed),
             now: 1_000_000,
             store: MemStorage::default(),
-            object: ProductObject::new(),
+            object: ProductObject::new(SECRET),
             origin: Origin::default(),
             reserved: BTreeMap::new(),
             confirmed: BTreeSet::new(),
@@ -194,7 +241,7 @@ impl Sim {
             (Command::Reserve { buyer, .. }, 201) => {
                 let id: u64 = reply.body["reservation_id"]
                     .as_str()
-                    .and_then(|s| s.parse().ok())
+                    .and_then(|s| codec().decode(s))
                     .expect("a reservation id");
                 assert!(
                     self.stored_reservation(id).is_some(),
@@ -209,6 +256,13 @@ impl Sim {
                     "{desc}: acknowledged confirmation is not stored"
                 );
                 self.confirmed.insert(*reservation_id);
+            }
+            (Command::Void { reservation_id, .. }, 200) => {
+                let r = self.stored_reservation(*reservation_id);
+                assert!(
+                    r.is_some_and(|r| r.state == HoldState::Voided),
+                    "{desc}: acknowledged void is not stored"
+                );
             }
             _ => {}
         }
@@ -259,7 +313,7 @@ impl Sim {
                 }
             }
         };
-        let orders = lease.batch.orders.len();
+        let orders = lease.batch.events.len();
         let result = delivery::classify(&lease.batch, attempt);
         let seed = self.rng.next();
         match self
@@ -271,11 +325,8 @@ impl Sim {
                 format!("deliver {orders}: stale")
             }
             Ok(s) => {
-                if let Settled::Acked {
-                    rejected_oversell, ..
-                } = s
-                {
-                    assert_eq!(rejected_oversell, 0, "the origin never refuses");
+                if let Settled::Acked { refused, .. } = s {
+                    assert_eq!(refused, 0, "the origin never refuses");
                 }
                 format!("deliver {orders}: {s:?}")
             }
@@ -350,9 +401,20 @@ impl Sim {
                     units,
                 })
             }
-            63..=64 => self.command(Command::Stats {
+            63 => self.command(Command::Stats {
                 product_id: PRODUCT.into(),
             }),
+            64 => {
+                // A void, most often of an acknowledged confirmation.
+                let id = match self.confirmed.iter().nth(self.rng.below(4) as usize) {
+                    Some(id) => *id,
+                    None => 1 + self.rng.below(20),
+                };
+                self.command(Command::Void {
+                    product_id: PRODUCT.into(),
+                    reservation_id: id,
+                })
+            }
             65..=74 => {
                 self.now += self.rng.below(1_500);
                 // The runtime fires the alarm once its time has come.
@@ -377,8 +439,8 @@ impl Sim {
                 } else {
                     match self.object.lease(&mut self.store, self.now) {
                         Ok(Some(lease)) => {
-                            let n = lease.batch.orders.len();
-                            assert!(n <= delivery::ORDERS_PER_BATCH_MAX);
+                            let n = lease.batch.events.len();
+                            assert!(n <= delivery::EVENTS_PER_BATCH_MAX);
                             self.in_flight = Some(lease);
                             format!("lease {n}")
                         }
@@ -390,7 +452,7 @@ impl Sim {
             85..=87 => {
                 // Eviction: the object is rebuilt from storage, and a delivery
                 // in flight dies with the old instance.
-                self.object = ProductObject::new();
+                self.object = ProductObject::new(SECRET);
                 self.in_flight = None;
                 "evicted".into()
             }
@@ -454,34 +516,41 @@ impl Sim {
             .rows
             .values()
             .filter_map(|r| match r {
-                Row::Outbox(e) => Some(e.reservation_id),
+                Row::Outbox(e) => match e.event {
+                    OutboxEvent::Order { reservation_id, .. } => Some(reservation_id),
+                    _ => None,
+                },
                 _ => None,
             })
             .collect();
         for id in &self.confirmed {
             let r = self.stored_reservation(*id);
             assert!(
-                r.is_some_and(|r| r.state == HoldState::Confirmed),
+                r.is_some_and(|r| r.state.paid()),
                 "{desc}: confirmation {id} lost"
             );
-            let at_origin = self.origin.orders.contains_key(&format!("{PRODUCT}:{id}"));
+            let at_origin = self.origin.orders.contains_key(&order(*id));
             assert!(
                 outbox.contains(id) || at_origin,
                 "{desc}: confirmation {id} neither in the outbox nor at the origin"
             );
         }
-        // The origin holds only confirmed reservations.
+        // The origin holds only confirmed (or since voided) reservations.
         for oid in self.origin.orders.keys() {
-            let id: u64 = oid
+            let id = oid
                 .strip_prefix("sim:")
-                .and_then(|s| s.parse().ok())
+                .and_then(|s| codec().decode(s))
                 .expect("an order id");
             let r = self.stored_reservation(id);
             assert!(
-                r.is_some_and(|r| r.state == HoldState::Confirmed),
+                r.is_some_and(|r| r.state.paid()),
                 "{desc}: the origin holds {oid}, which is not a stored confirmation"
             );
         }
+        assert_eq!(
+            self.origin.refused, 0,
+            "{desc}: the origin refused an event"
+        );
     }
 
     /// Ends the run: no more faults, time passes, the outbox drains, and the
@@ -522,22 +591,35 @@ impl Sim {
                 break;
             }
         }
-        let stored_confirmed: BTreeSet<String> = self
+        let stored: BTreeMap<String, bool> = self
             .store
             .rows
             .values()
             .filter_map(|r| match r {
-                Row::Reservation(r) if r.state == HoldState::Confirmed => {
-                    Some(format!("{PRODUCT}:{}", r.id))
+                Row::Reservation(r) if r.state.paid() => {
+                    Some((order(r.id), r.state == HoldState::Voided))
                 }
                 _ => None,
             })
             .collect();
-        let at_origin: BTreeSet<String> = self.origin.orders.keys().cloned().collect();
+        let at_origin: BTreeMap<String, bool> = self
+            .origin
+            .orders
+            .iter()
+            .map(|(id, (_, voided))| (id.clone(), *voided))
+            .collect();
         assert_eq!(
-            at_origin, stored_confirmed,
-            "I2: origin orders != confirmations"
+            at_origin, stored,
+            "I2: origin orders and voids != the gate's"
         );
+        // The origin's total follows the gate's.
+        if let Some(Row::Meta(m)) = self.store.rows.get(&RowKey::Meta) {
+            assert_eq!(
+                self.origin.stock.map(|(_, t)| t),
+                Some(m.stock_total),
+                "the origin's total"
+            );
+        }
     }
 }
 

@@ -68,6 +68,8 @@ impl SqlDb for Lite {
     }
 }
 
+const SECRET: &[u8] = b"id-secret-0123456789abcdef0123456789";
+
 struct Rng(u64);
 
 impl Rng {
@@ -99,14 +101,14 @@ fn sqlite_restores_exactly_what_the_gate_wrote() {
             opens_at_ms: (seed % 2 == 0).then_some(5),
             ..Config::default()
         };
-        let mut gate = Gate::new(config, 30).unwrap();
+        let mut gate = Gate::new(10, config, 30).unwrap();
         store
             .write(Some("p-sql"), &gate.take_changes())
             .expect("create");
         let mut now = 10;
         for step in 0..600 {
             let buyer = format!("b{}", rng.below(8));
-            match rng.below(9) {
+            match rng.below(10) {
                 0..=3 => {
                     let key = format!("k{}", rng.below(200));
                     gate.reserve(now, &buyer, &key, 1 + rng.below(2) as u32);
@@ -120,6 +122,9 @@ fn sqlite_restores_exactly_what_the_gate_wrote() {
                 6 => {
                     now += rng.below(700);
                     gate.handle_timeout(now);
+                }
+                8 => {
+                    let _ = gate.void(now, 1 + rng.below(step + 1));
                 }
                 7 => {
                     let batch = gate.poll_outbox(now, 3);
@@ -165,7 +170,7 @@ fn sqlite_restores_exactly_what_the_gate_wrote() {
 #[test]
 fn an_object_over_sqlite_survives_a_reload() {
     let mut store = SqlStore(Lite::new());
-    let mut obj = ProductObject::new();
+    let mut obj = ProductObject::new(SECRET);
     let create = Command::Upsert {
         product_id: "p1".into(),
         patch: serde_json::from_str(r#"{"stock_total": 3, "opens_at_ms": null}"#).unwrap(),
@@ -179,7 +184,7 @@ fn an_object_over_sqlite_survives_a_reload() {
     };
     let first = obj.command(&mut store, &reserve, 2).unwrap();
     assert_eq!(first.status, 201);
-    let mut fresh = ProductObject::new();
+    let mut fresh = ProductObject::new(SECRET);
     let again = fresh.command(&mut store, &reserve, 3).unwrap();
     assert_eq!((again.status, again.replayed), (200, true));
     assert_eq!(again.body, first.body);
@@ -191,4 +196,19 @@ fn an_object_over_sqlite_survives_a_reload() {
         (p.body["available"].as_u64(), p.body["held"].as_u64()),
         (Some(1), Some(2))
     );
+}
+
+/// A product stored by a release with an older schema is refused at load,
+/// with a message that names the versions, instead of being misread.
+#[test]
+fn an_older_schema_is_refused_with_a_clear_error() {
+    let mut db = Lite::new();
+    for stmt in [
+        "CREATE TABLE product (id INTEGER PRIMARY KEY, product_id TEXT NOT NULL)",
+        "INSERT INTO product (id, product_id) VALUES (1, 'old')",
+    ] {
+        db.exec(stmt, &[]).unwrap();
+    }
+    let err = SqlStore(db).load().unwrap_err();
+    assert!(err.0.contains("schema version 1"), "{err}");
 }

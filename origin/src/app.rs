@@ -1,32 +1,63 @@
 //! The origin's HTTP API. `routes()` is the only list of its routes: the
 //! router is built from it, and a test checks it against `openapi.yaml`.
+//! Each route belongs to an access group (who may call it) and the read
+//! group runs behind a concurrency limit that sheds the excess, so a flood
+//! of reads is answered 503 quickly and never delays ingest.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
+use axum::error_handling::HandleErrorLayer;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put, MethodRouter};
-use axum::{Json, Router};
+use axum::routing::{get, post, MethodRouter};
+use axum::{BoxError, Json, Router};
 use flashgate_wire::batch::BatchError;
-use flashgate_wire::bounds::{self, STOCK_UNITS_MAX};
-use flashgate_wire::{signing, Batch, BatchResult, ItemStatus};
+use flashgate_wire::keys::KeySet;
+use flashgate_wire::token::{self, Claims};
+use flashgate_wire::{bounds, Batch, BatchResult, EventStatus};
 use serde::Deserialize;
 use serde_json::json;
+use tower::ServiceBuilder;
+use tower_http::cors::CorsLayer;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 
-use crate::db::{Db, SetTotal};
+use crate::auth;
+use crate::db::Db;
+use crate::demo;
 use crate::metrics::Metrics;
 use crate::problem::{AppError, OriginCode};
 
-/// The largest request body: a full batch of 500 orders is far below it.
+/// The largest request body: a full batch of 500 events is far below it.
 pub const BODY_BYTES_MAX: usize = 1024 * 1024;
 pub const ORDERS_PAGE_MAX: i64 = 1000;
+/// Reads served at once; more are shed with 503 and `Retry-After`.
+pub const READS_IN_FLIGHT_MAX: usize = 16;
+/// The longest a request may take, end to end.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest a request body may take to arrive.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a minted buyer token lives unless the shop asks for less.
+pub const BUYER_TOKEN_TTL_S: u64 = 60 * 60;
 
+/// Who may call the origin, and with what.
 pub struct Settings {
-    pub hmac_secret: Vec<u8>,
+    /// `FORWARD_KEYS`: the gate's batches are signed with one of these.
+    pub forward_keys: KeySet,
+    /// `ORIGIN_READ_TOKENS`: the shop's bearer tokens for reads.
+    pub read_tokens: KeySet,
+    /// `ORIGIN_SHOP_TOKENS`: the shop's bearer tokens for minting buyer
+    /// tokens.
+    pub shop_tokens: KeySet,
+    /// `BUYER_TOKEN_KEYS` and the audience: buyer tokens are minted (and,
+    /// for the demo payments, checked) with these.
+    pub buyer_keys: KeySet,
+    pub buyer_audience: String,
+    /// The demo payment endpoint, off unless configured.
+    pub demo: Option<demo::DemoSettings>,
     /// A batch that takes longer is abandoned (rolled back) with a 503.
     pub batch_timeout: Duration,
 }
@@ -34,8 +65,7 @@ pub struct Settings {
 pub struct AppState {
     pub db: Db,
     pub metrics: Metrics,
-    hmac_secret: Vec<u8>,
-    batch_timeout: Duration,
+    pub settings: Settings,
 }
 
 impl AppState {
@@ -43,32 +73,85 @@ impl AppState {
         Arc::new(AppState {
             db,
             metrics: Metrics::default(),
-            hmac_secret: settings.hmac_secret,
-            batch_timeout: settings.batch_timeout,
+            settings,
         })
     }
 }
 
 type Shared = Arc<AppState>;
 
-/// Every route: method, path, handler.
-pub fn routes() -> Vec<(&'static str, &'static str, MethodRouter<Shared>)> {
+/// Who may call a route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Anyone (`/healthz`).
+    Open,
+    /// The gate, with a signed batch.
+    Gate,
+    /// The shop, with a read token; shed under load.
+    Read,
+    /// The shop, with a shop token.
+    Shop,
+    /// A buyer, with a buyer token (the demo payments).
+    Buyer,
+}
+
+/// Every route: method, path, who may call it, handler.
+pub fn routes() -> Vec<(&'static str, &'static str, Access, MethodRouter<Shared>)> {
     vec![
-        ("POST", "/v1/reservations/batch", post(ingest)),
-        ("GET", "/v1/products/{id}", get(get_product)),
-        ("PUT", "/v1/products/{id}", put(put_product)),
-        ("GET", "/v1/orders", get(list_orders)),
-        ("GET", "/healthz", get(healthz)),
-        ("GET", "/metrics", get(metrics)),
+        ("POST", "/v1/batches", Access::Gate, post(ingest)),
+        ("GET", "/v1/products/{id}", Access::Read, get(get_product)),
+        ("GET", "/v1/orders", Access::Read, get(list_orders)),
+        ("GET", "/metrics", Access::Read, get(metrics)),
+        ("GET", "/healthz", Access::Open, get(healthz)),
+        (
+            "POST",
+            "/v1/buyer-tokens",
+            Access::Shop,
+            post(mint_buyer_token),
+        ),
+        ("POST", "/v1/demo/payments", Access::Buyer, post(demo::pay)),
     ]
 }
 
+async fn shed(e: BoxError) -> AppError {
+    if e.is::<tower::load_shed::error::Overloaded>() {
+        AppError::new(
+            OriginCode::Overloaded,
+            format!("at most {READS_IN_FLIGHT_MAX} reads are served at once; retry shortly"),
+        )
+        .retry_after(1)
+    } else if e.is::<tower::timeout::error::Elapsed>() {
+        AppError::new(OriginCode::Timeout, "the request took too long")
+    } else {
+        AppError::from(anyhow::anyhow!("middleware: {e}"))
+    }
+}
+
 pub fn router(state: Shared) -> Router {
-    routes()
-        .into_iter()
-        .fold(Router::new(), |r, (_, path, handler)| {
-            r.route(path, handler)
-        })
+    let cors = state.settings.demo.as_ref().and_then(|d| d.cors());
+    let mut reads = Router::new();
+    let mut others = Router::new();
+    for (_, path, access, handler) in routes() {
+        match access {
+            Access::Read => reads = reads.route(path, handler),
+            Access::Buyer => {
+                let handler = match &cors {
+                    Some(cors) => handler.layer(cors.clone()),
+                    None => handler,
+                };
+                others = others.route(path, handler);
+            }
+            _ => others = others.route(path, handler),
+        }
+    }
+    let reads = reads.layer(
+        ServiceBuilder::new()
+            .layer(HandleErrorLayer::new(shed))
+            .load_shed()
+            .concurrency_limit(READS_IN_FLIGHT_MAX),
+    );
+    others
+        .merge(reads)
         .fallback(|| async { AppError::new(OriginCode::NotFound, "no such route") })
         .method_not_allowed_fallback(|| async {
             AppError::new(
@@ -77,16 +160,24 @@ pub fn router(state: Shared) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
+        // A body that trickles in is cut off (slowloris); the head has its
+        // own deadline in `server.rs`.
+        .layer(RequestBodyTimeoutLayer::new(BODY_READ_TIMEOUT))
+        .layer(
+            ServiceBuilder::new()
+                .layer(HandleErrorLayer::new(shed))
+                .timeout(REQUEST_TIMEOUT),
+        )
         .with_state(state)
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-fn body_of(body: Result<Bytes, BytesRejection>) -> Result<Bytes, AppError> {
+pub(crate) fn body_of(body: Result<Bytes, BytesRejection>) -> Result<Bytes, AppError> {
     body.map_err(|r| {
         if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
             AppError::new(
@@ -99,26 +190,7 @@ fn body_of(body: Result<Bytes, BytesRejection>) -> Result<Bytes, AppError> {
     })
 }
 
-fn check_signature(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<(), AppError> {
-    let h = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    signing::verify(
-        &state.hmac_secret,
-        h(signing::TIMESTAMP_HEADER),
-        h(signing::SIGNATURE_HEADER),
-        body,
-        now_ms(),
-    )
-    .map_err(|e| {
-        state.metrics.unauthorized.inc();
-        tracing::warn!(
-            reason = e.describe(),
-            "refused an unsigned or badly signed request"
-        );
-        AppError::new(OriginCode::BadSignature, e.describe())
-    })
-}
-
-fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, AppError> {
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, AppError> {
     serde_json::from_slice(body).map_err(|e| {
         if e.is_syntax() || e.is_eof() {
             AppError::new(OriginCode::MalformedJson, e.to_string())
@@ -128,25 +200,58 @@ fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, AppError
     })
 }
 
+fn require(
+    state: &AppState,
+    tokens: &KeySet,
+    headers: &HeaderMap,
+    what: &str,
+) -> Result<(), AppError> {
+    if auth::token_ok(tokens, headers) {
+        Ok(())
+    } else {
+        state.metrics.unauthorized.inc();
+        Err(AppError::unauthorized(format!(
+            "send Authorization: Bearer with {what}"
+        )))
+    }
+}
+
 async fn ingest(
     State(state): State<Shared>,
+    uri: Uri,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<BatchResult>, AppError> {
     let body = body_of(body)?;
-    check_signature(&state, &headers, &body)?;
+    let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
+    auth::forwarded(
+        &state.settings.forward_keys,
+        &headers,
+        Method::POST.as_str(),
+        path,
+        &body,
+        now_ms(),
+    )
+    .map_err(|e| {
+        state.metrics.unauthorized.inc();
+        tracing::warn!(
+            reason = e.describe(),
+            "refused an unsigned or badly signed batch"
+        );
+        AppError::new(OriginCode::BadSignature, e.describe())
+    })?;
     let batch: Batch = parse_json(&body)?;
     batch.validate().map_err(|e| {
         let code = match e {
             BatchError::TooLarge { .. } => OriginCode::BatchTooLarge,
-            BatchError::Empty | BatchError::Order { .. } => OriginCode::InvalidBody,
+            _ => OriginCode::InvalidBody,
         };
         AppError::new(code, e.describe())
     })?;
     let started = Instant::now();
     let stored = tokio::time::timeout(
-        state.batch_timeout,
-        state.db.ingest(&batch.orders, now_ms()),
+        state.settings.batch_timeout,
+        state.db.ingest(&batch, now_ms()),
     )
     .await;
     let results = match stored {
@@ -169,19 +274,15 @@ async fn ingest(
         .observe(started.elapsed().as_secs_f64());
     state.metrics.batches.inc();
     for r in &results {
-        match r.status {
-            ItemStatus::Inserted => state.metrics.ingested.inc(),
-            ItemStatus::Exists => state.metrics.duplicates.inc(),
-            ItemStatus::RejectedOversell => state.metrics.rejected_oversell.inc(),
-        };
+        state.metrics.count(r.status);
+        if matches!(
+            r.status,
+            EventStatus::RejectedOversell | EventStatus::Refused
+        ) {
+            tracing::error!(product = %batch.product_id, seq = r.seq, status = ?r.status, "event refused");
+        }
     }
     Ok(Json(BatchResult { results }))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ProductPut {
-    stock_total: u64,
 }
 
 fn product_id(id: &str) -> Result<(), AppError> {
@@ -198,35 +299,17 @@ fn product_id(id: &str) -> Result<(), AppError> {
     }
 }
 
-async fn put_product(
-    State(state): State<Shared>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, AppError> {
-    let body = body_of(body)?;
-    check_signature(&state, &headers, &body)?;
-    product_id(&id)?;
-    let put: ProductPut = parse_json(&body)?;
-    if put.stock_total > STOCK_UNITS_MAX {
-        return Err(AppError::new(
-            OriginCode::InvalidBody,
-            format!("stock_total must be at most {STOCK_UNITS_MAX}"),
-        ));
-    }
-    match state.db.set_total(&id, put.stock_total).await? {
-        SetTotal::Done(p) => Ok(Json(p).into_response()),
-        SetTotal::BelowSold { sold } => Err(AppError::new(
-            OriginCode::BelowSold,
-            format!("{sold} units are sold; the total cannot be lower"),
-        )),
-    }
-}
-
 async fn get_product(
     State(state): State<Shared>,
     Path(id): Path<String>,
+    headers: HeaderMap,
 ) -> Result<Response, AppError> {
+    require(
+        &state,
+        &state.settings.read_tokens,
+        &headers,
+        "a read token",
+    )?;
     product_id(&id)?;
     match state.db.product(&id).await? {
         Some(p) => Ok(Json(p).into_response()),
@@ -247,8 +330,15 @@ struct OrdersQuery {
 
 async fn list_orders(
     State(state): State<Shared>,
+    headers: HeaderMap,
     query: Result<Query<OrdersQuery>, QueryRejection>,
 ) -> Result<Response, AppError> {
+    require(
+        &state,
+        &state.settings.read_tokens,
+        &headers,
+        "a read token",
+    )?;
     let Query(q) = query.map_err(|r| AppError::new(OriginCode::BadQuery, r.body_text()))?;
     let limit = q.limit.unwrap_or(100);
     if !(1..=ORDERS_PAGE_MAX).contains(&limit) {
@@ -268,6 +358,62 @@ async fn list_orders(
     Ok(Json(json!({ "orders": orders, "next_after": next_after })).into_response())
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MintRequest {
+    buyer_id: String,
+    ttl_s: Option<u64>,
+}
+
+/// `POST /v1/buyer-tokens`: the shop's login mints a token for a logged-in
+/// buyer, which the gate then accepts as proof of that buyer.
+async fn mint_buyer_token(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, AppError> {
+    require(
+        &state,
+        &state.settings.shop_tokens,
+        &headers,
+        "a shop token",
+    )?;
+    let body = body_of(body)?;
+    let req: MintRequest = parse_json(&body)?;
+    if !bounds::valid_buyer_id(&req.buyer_id) {
+        return Err(AppError::new(
+            OriginCode::InvalidBody,
+            format!(
+                "buyer_id must be 1 to {} of A-Z a-z 0-9 _ - .",
+                bounds::BUYER_ID_BYTES_MAX
+            ),
+        ));
+    }
+    let ttl_s = req.ttl_s.unwrap_or(BUYER_TOKEN_TTL_S);
+    if !(1..=token::LIFETIME_S_MAX).contains(&ttl_s) {
+        return Err(AppError::new(
+            OriginCode::InvalidBody,
+            format!("ttl_s must be 1 to {}", token::LIFETIME_S_MAX),
+        ));
+    }
+    let now = now_ms();
+    let claims = Claims {
+        sub: req.buyer_id.clone(),
+        aud: state.settings.buyer_audience.clone(),
+        iat: now / 1000,
+        exp: now / 1000 + ttl_s,
+        nbf: None,
+    };
+    let token = token::mint(&state.settings.buyer_keys, &claims, now);
+    state.metrics.buyer_tokens.inc();
+    let body = json!({
+        "buyer_id": req.buyer_id,
+        "token": token,
+        "expires_at_ms": claims.exp * 1000,
+    });
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
 async fn healthz(State(state): State<Shared>) -> Response {
     match state.db.ping().await {
         Ok(()) => {
@@ -280,13 +426,31 @@ async fn healthz(State(state): State<Shared>) -> Response {
     }
 }
 
-async fn metrics(State(state): State<Shared>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        state.metrics.render(),
-    )
-        .into_response()
+async fn metrics(State(state): State<Shared>, headers: HeaderMap) -> Result<Response, AppError> {
+    require(
+        &state,
+        &state.settings.read_tokens,
+        &headers,
+        "a read token",
+    )?;
+    let mut resp = state.metrics.render().into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    Ok(resp)
+}
+
+impl demo::DemoSettings {
+    /// The CORS layer of the demo route, for the buyer page's origin.
+    pub fn cors(&self) -> Option<CorsLayer> {
+        let origin = HeaderValue::from_str(self.allow_origin.as_deref()?).ok()?;
+        Some(
+            CorsLayer::new()
+                .allow_origin(origin)
+                .allow_methods([Method::POST])
+                .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+                .max_age(Duration::from_secs(600)),
+        )
+    }
 }

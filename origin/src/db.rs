@@ -1,13 +1,18 @@
 //! The origin's database: SQLite under a data directory by default, or
 //! PostgreSQL when `DATABASE_URL` says so. One code path serves both through
 //! sqlx's `Any` driver; each backend has its own migrations.
+//!
+//! Two pools: one writes (ingest), one reads (the read routes), so that a
+//! flood of reads waits for read connections and never for the writer's.
+//! On SQLite the read pool opens the file read-only; WAL lets it read beside
+//! the writer.
 
 use std::borrow::Cow;
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use flashgate_wire::{ItemResult, ItemStatus, Order};
+use flashgate_wire::{Batch, Event, EventResult, EventStatus};
 use serde::Serialize;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::error::BoxDynError;
@@ -31,7 +36,8 @@ impl Backend {
 
 #[derive(Clone)]
 pub struct Db {
-    pool: AnyPool,
+    write: AnyPool,
+    read: AnyPool,
     backend: Backend,
 }
 
@@ -39,16 +45,30 @@ pub struct Db {
 /// binary needs no files at run time, and no proc macro at build time.
 type EmbeddedMigration = (i64, &'static str, &'static str);
 
-const SQLITE_MIGRATIONS: &[EmbeddedMigration] = &[(
-    1,
-    "init",
-    include_str!("../migrations/sqlite/0001_init.sql"),
-)];
-const POSTGRES_MIGRATIONS: &[EmbeddedMigration] = &[(
-    1,
-    "init",
-    include_str!("../migrations/postgres/0001_init.sql"),
-)];
+const SQLITE_MIGRATIONS: &[EmbeddedMigration] = &[
+    (
+        1,
+        "init",
+        include_str!("../migrations/sqlite/0001_init.sql"),
+    ),
+    (
+        2,
+        "events",
+        include_str!("../migrations/sqlite/0002_events.sql"),
+    ),
+];
+const POSTGRES_MIGRATIONS: &[EmbeddedMigration] = &[
+    (
+        1,
+        "init",
+        include_str!("../migrations/postgres/0001_init.sql"),
+    ),
+    (
+        2,
+        "events",
+        include_str!("../migrations/postgres/0002_events.sql"),
+    ),
+];
 
 /// sqlx's migration source over the embedded migrations. A database
 /// migrated before keeps working: version, description and checksum (of the
@@ -80,16 +100,33 @@ impl MigrationSource<'static> for Embedded {
 }
 
 /// How many times a batch transaction is retried when the database reports
-/// a deadlock or a serialization failure, which concurrent batches for the
-/// same product can cause on PostgreSQL.
+/// a deadlock or a serialization failure, which concurrent deliveries of the
+/// same batch can cause on PostgreSQL.
 const TX_ATTEMPTS_MAX: u32 = 5;
+/// Connections of the read pool: reads beyond them wait (and are shed
+/// further up by the router's concurrency limit).
+pub const READ_CONNECTIONS_MAX: u32 = 4;
+/// Connections of the write pool on PostgreSQL. SQLite has one writer.
+const WRITE_CONNECTIONS_MAX: u32 = 8;
 
+/// A product's totals at the origin: one row, kept by ingest.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Product {
     pub id: String,
     pub stock_total: i64,
+    /// Units of accepted orders that are not voided.
     pub sold: i64,
     pub orders_accepted: i64,
+    pub orders_rejected: i64,
+    pub orders_voided: i64,
+    /// The gate's outbox sequence of the last stock total applied.
+    pub stock_seq: i64,
+}
+
+/// What the orders themselves sum to, for reconciliation: counted, not
+/// kept, so it can disagree with the products row only on a bug.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OrderSums {
     pub units_accepted: i64,
     pub orders_rejected: i64,
 }
@@ -104,25 +141,34 @@ pub struct StoredOrder {
     pub payment_ref: String,
     pub confirmed_at_ms: i64,
     pub received_at_ms: i64,
+    pub voided_at_ms: Option<i64>,
     pub status: String,
 }
 
-/// The outcome of setting a product's total.
-#[derive(Debug, PartialEq, Eq)]
-pub enum SetTotal {
-    Done(Product),
-    BelowSold { sold: i64 },
+const PRODUCT_COLUMNS: &str =
+    "id, stock_total, sold, orders_accepted, orders_rejected, orders_voided, stock_seq";
+
+fn product_of(r: &AnyRow) -> anyhow::Result<Product> {
+    Ok(Product {
+        id: r.try_get(0)?,
+        stock_total: r.try_get(1)?,
+        sold: r.try_get(2)?,
+        orders_accepted: r.try_get(3)?,
+        orders_rejected: r.try_get(4)?,
+        orders_voided: r.try_get(5)?,
+        stock_seq: r.try_get(6)?,
+    })
 }
 
 impl Db {
     /// Connects, and runs the backend's migrations.
     pub async fn connect(database_url: Option<&str>, data_dir: &Path) -> anyhow::Result<Db> {
         sqlx::any::install_default_drivers();
-        let (url, backend) = match database_url.filter(|u| !u.is_empty()) {
+        let (url, read_url, backend) = match database_url.filter(|u| !u.is_empty()) {
             Some(u) if u.starts_with("postgres://") || u.starts_with("postgresql://") => {
-                (u.to_string(), Backend::Postgres)
+                (u.to_string(), u.to_string(), Backend::Postgres)
             }
-            Some(u) if u.starts_with("sqlite:") => (u.to_string(), Backend::Sqlite),
+            Some(u) if u.starts_with("sqlite:") => (u.to_string(), u.to_string(), Backend::Sqlite),
             Some(u) => anyhow::bail!("DATABASE_URL must be postgres://… or sqlite:…, not {u}"),
             None => {
                 std::fs::create_dir_all(data_dir)
@@ -130,16 +176,17 @@ impl Db {
                 let file = data_dir.join("origin.db");
                 (
                     format!("sqlite://{}?mode=rwc", file.display()),
+                    format!("sqlite://{}?mode=ro", file.display()),
                     Backend::Sqlite,
                 )
             }
         };
-        let options = AnyPoolOptions::new().acquire_timeout(Duration::from_secs(10));
-        let pool = match backend {
+        let options = || AnyPoolOptions::new().acquire_timeout(Duration::from_secs(10));
+        let write = match backend {
             // One connection: SQLite has one writer at a time anyway, and a
             // single connection can never hit SQLITE_BUSY between batches.
             Backend::Sqlite => {
-                options
+                options()
                     .max_connections(1)
                     .after_connect(|conn, _| {
                         Box::pin(async move {
@@ -156,7 +203,12 @@ impl Db {
                     .connect(&url)
                     .await
             }
-            Backend::Postgres => options.max_connections(16).connect(&url).await,
+            Backend::Postgres => {
+                options()
+                    .max_connections(WRITE_CONNECTIONS_MAX)
+                    .connect(&url)
+                    .await
+            }
         }
         .with_context(|| format!("connecting to the {backend:?} database"))?;
         let migrations = match backend {
@@ -166,10 +218,27 @@ impl Db {
         Migrator::new(Embedded(migrations))
             .await
             .context("reading migrations")?
-            .run(&pool)
+            .run(&write)
             .await
             .context("running migrations")?;
-        Ok(Db { pool, backend })
+        let read = options()
+            .max_connections(READ_CONNECTIONS_MAX)
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if backend == Backend::Sqlite {
+                        conn.execute("PRAGMA busy_timeout = 5000").await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(&read_url)
+            .await
+            .context("opening the read pool")?;
+        Ok(Db {
+            write,
+            read,
+            backend,
+        })
     }
 
     pub fn backend(&self) -> Backend {
@@ -177,7 +246,8 @@ impl Db {
     }
 
     pub async fn close(&self) {
-        self.pool.close().await;
+        self.read.close().await;
+        self.write.close().await;
     }
 
     /// Queries are written with `$1` placeholders; SQLite spells them `?1`.
@@ -189,17 +259,30 @@ impl Db {
     }
 
     pub async fn ping(&self) -> anyhow::Result<()> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        sqlx::query("SELECT 1").execute(&self.read).await?;
         Ok(())
     }
 
-    /// Stores a batch in one transaction and returns a result per order, in
-    /// the batch's order. Idempotent: an order already stored is `Exists`.
-    pub async fn ingest(&self, orders: &[Order], now_ms: u64) -> anyhow::Result<Vec<ItemResult>> {
+    /// Whether the connection to PostgreSQL is encrypted (`sslmode`);
+    /// `None` for SQLite, which is a file.
+    pub async fn tls(&self) -> anyhow::Result<Option<bool>> {
+        if self.backend == Backend::Sqlite {
+            return Ok(None);
+        }
+        let row = sqlx::query("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+            .fetch_one(&self.write)
+            .await?;
+        Ok(Some(row.try_get(0)?))
+    }
+
+    /// Applies a batch in one transaction and returns a result per event, in
+    /// the batch's order. Idempotent: an event applied before is a
+    /// `Duplicate`.
+    pub async fn ingest(&self, batch: &Batch, now_ms: u64) -> anyhow::Result<Vec<EventResult>> {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match self.ingest_once(orders, now_ms).await {
+            match self.ingest_once(batch, now_ms).await {
                 Err(e) if attempt < TX_ATTEMPTS_MAX && is_retryable(&e) => {
                     tracing::warn!(attempt, error = %e, "batch transaction conflicted; retrying");
                     tokio::time::sleep(Duration::from_millis(5 << attempt)).await;
@@ -209,165 +292,218 @@ impl Db {
         }
     }
 
-    async fn ingest_once(&self, orders: &[Order], now_ms: u64) -> anyhow::Result<Vec<ItemResult>> {
-        let mut tx = self.pool.begin().await?;
-        // Locks are taken in one global order (orders by reservation id,
-        // then products by id), so concurrent batches cannot deadlock.
-        let mut by_id: Vec<usize> = (0..orders.len()).collect();
-        by_id.sort_by(|&a, &b| orders[a].reservation_id.cmp(&orders[b].reservation_id));
-        let mut products: Vec<(&str, u64)> = orders
-            .iter()
-            .map(|o| (o.product_id.as_str(), o.stock_total))
-            .collect();
-        products.sort();
-        products.dedup_by(|a, b| a.0 == b.0);
-        for (id, stock_total) in &products {
-            // A product the origin has not seen is registered with the
-            // gate's total; an existing product keeps the origin's own.
-            sqlx::query(&self.sql(
-                "INSERT INTO products (id, stock_total, sold) VALUES ($1, $2, 0)
-                 ON CONFLICT (id) DO NOTHING",
-            ))
-            .bind(*id)
-            .bind(*stock_total as i64)
-            .execute(&mut *tx)
-            .await?;
-        }
-        let mut status = vec![ItemStatus::Exists; orders.len()];
-        let mut fresh = Vec::new();
-        for &i in &by_id {
-            let o = &orders[i];
-            let inserted: Option<AnyRow> = sqlx::query(&self.sql(
-                "INSERT INTO orders (reservation_id, product_id, buyer_id, quantity, payment_ref,
-                    confirmed_at, received_at, status)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, 'accepted')
-                 ON CONFLICT (reservation_id) DO NOTHING
-                 RETURNING id",
-            ))
-            .bind(o.reservation_id.as_str())
-            .bind(o.product_id.as_str())
-            .bind(o.buyer_id.as_str())
-            .bind(i64::from(o.quantity))
-            .bind(o.payment_ref.as_str())
-            .bind(o.confirmed_at_ms as i64)
-            .bind(now_ms as i64)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if let Some(row) = inserted {
-                fresh.push((i, row.try_get::<i64, _>(0)?));
-            }
-        }
-        // The conditional decrement, product by product.
-        fresh.sort_by(|a, b| {
-            orders[a.0]
-                .product_id
-                .cmp(&orders[b.0].product_id)
-                .then(a.0.cmp(&b.0))
-        });
-        for (i, row_id) in fresh {
-            let o = &orders[i];
-            let n = i64::from(o.quantity);
-            let updated = sqlx::query(&self.sql(
-                "UPDATE products SET sold = sold + $1 WHERE id = $2 AND sold + $1 <= stock_total",
-            ))
-            .bind(n)
-            .bind(o.product_id.as_str())
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            if updated == 1 {
-                status[i] = ItemStatus::Inserted;
-            } else {
-                sqlx::query(
-                    &self.sql("UPDATE orders SET status = 'rejected_oversell' WHERE id = $1"),
-                )
-                .bind(row_id)
-                .execute(&mut *tx)
-                .await?;
-                tracing::error!(
-                    reservation_id = %o.reservation_id,
-                    product_id = %o.product_id,
-                    quantity = o.quantity,
-                    "order would oversell the product; stored as rejected_oversell (a bug signal)"
-                );
-                status[i] = ItemStatus::RejectedOversell;
-            }
+    async fn ingest_once(&self, batch: &Batch, now_ms: u64) -> anyhow::Result<Vec<EventResult>> {
+        let product = batch.product_id.as_str();
+        let mut tx = self.write.begin().await?;
+        // The product row first: every event of the batch updates it, and
+        // taking it first orders the locks of concurrent deliveries alike.
+        // A product the origin has not seen starts at 0 units; its first
+        // event is its stock total.
+        sqlx::query(&self.sql(
+            "INSERT INTO products (id, stock_total, sold) VALUES ($1, 0, 0)
+             ON CONFLICT (id) DO NOTHING",
+        ))
+        .bind(product)
+        .execute(&mut *tx)
+        .await?;
+        let mut results = Vec::with_capacity(batch.events.len());
+        for event in &batch.events {
+            let status = match event {
+                Event::Stock {
+                    seq, stock_total, ..
+                } => {
+                    let applied = sqlx::query(&self.sql(
+                        "UPDATE products SET stock_total = $1, stock_seq = $2
+                         WHERE id = $3 AND stock_seq < $2 AND sold <= $1",
+                    ))
+                    .bind(*stock_total as i64)
+                    .bind(*seq as i64)
+                    .bind(product)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                    if applied == 1 {
+                        EventStatus::Applied
+                    } else {
+                        let row = sqlx::query(
+                            &self.sql("SELECT stock_seq, sold FROM products WHERE id = $1"),
+                        )
+                        .bind(product)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                        let (stock_seq, sold): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
+                        if stock_seq >= *seq as i64 {
+                            EventStatus::Duplicate
+                        } else {
+                            tracing::error!(
+                                product,
+                                stock_total,
+                                sold,
+                                "a stock total below the units sold (a bug signal); refused"
+                            );
+                            EventStatus::Refused
+                        }
+                    }
+                }
+                Event::Order {
+                    reservation_id,
+                    buyer_id,
+                    quantity,
+                    payment_ref,
+                    confirmed_at_ms,
+                    ..
+                } => {
+                    let inserted: Option<AnyRow> = sqlx::query(&self.sql(
+                        "INSERT INTO orders (reservation_id, product_id, buyer_id, quantity,
+                            payment_ref, confirmed_at, received_at, status)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, 'accepted')
+                         ON CONFLICT (reservation_id) DO NOTHING
+                         RETURNING id",
+                    ))
+                    .bind(reservation_id.as_str())
+                    .bind(product)
+                    .bind(buyer_id.as_str())
+                    .bind(i64::from(*quantity))
+                    .bind(payment_ref.as_str())
+                    .bind(*confirmed_at_ms as i64)
+                    .bind(now_ms as i64)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    match inserted {
+                        None => EventStatus::Duplicate,
+                        Some(row) => {
+                            let row_id: i64 = row.try_get(0)?;
+                            // The conditional decrement: the second line of
+                            // defence against overselling.
+                            let counted = sqlx::query(&self.sql(
+                                "UPDATE products SET sold = sold + $1,
+                                    orders_accepted = orders_accepted + 1
+                                 WHERE id = $2 AND sold + $1 <= stock_total",
+                            ))
+                            .bind(i64::from(*quantity))
+                            .bind(product)
+                            .execute(&mut *tx)
+                            .await?
+                            .rows_affected();
+                            if counted == 1 {
+                                EventStatus::Applied
+                            } else {
+                                sqlx::query(&self.sql(
+                                    "UPDATE orders SET status = 'rejected_oversell' WHERE id = $1",
+                                ))
+                                .bind(row_id)
+                                .execute(&mut *tx)
+                                .await?;
+                                sqlx::query(&self.sql(
+                                    "UPDATE products SET orders_rejected = orders_rejected + 1
+                                     WHERE id = $1",
+                                ))
+                                .bind(product)
+                                .execute(&mut *tx)
+                                .await?;
+                                tracing::error!(
+                                    %reservation_id, product, quantity,
+                                    "order would oversell the product; stored as rejected_oversell (a bug signal)"
+                                );
+                                EventStatus::RejectedOversell
+                            }
+                        }
+                    }
+                }
+                Event::Void {
+                    reservation_id,
+                    voided_at_ms,
+                    ..
+                } => {
+                    let voided: Option<AnyRow> = sqlx::query(&self.sql(
+                        "UPDATE orders SET status = 'voided', voided_at = $1
+                         WHERE reservation_id = $2 AND status = 'accepted'
+                         RETURNING quantity",
+                    ))
+                    .bind(*voided_at_ms as i64)
+                    .bind(reservation_id.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    match voided {
+                        Some(row) => {
+                            let q: i64 = row.try_get(0)?;
+                            sqlx::query(&self.sql(
+                                "UPDATE products SET sold = sold - $1,
+                                    orders_accepted = orders_accepted - 1,
+                                    orders_voided = orders_voided + 1
+                                 WHERE id = $2",
+                            ))
+                            .bind(q)
+                            .bind(product)
+                            .execute(&mut *tx)
+                            .await?;
+                            EventStatus::Applied
+                        }
+                        None => {
+                            let status: Option<String> = sqlx::query(
+                                &self.sql("SELECT status FROM orders WHERE reservation_id = $1"),
+                            )
+                            .bind(reservation_id.as_str())
+                            .fetch_optional(&mut *tx)
+                            .await?
+                            .map(|r| r.try_get(0))
+                            .transpose()?;
+                            if status.as_deref() == Some("voided") {
+                                EventStatus::Duplicate
+                            } else {
+                                tracing::error!(
+                                    %reservation_id, product, ?status,
+                                    "a void of an order the origin did not accept (a bug signal); refused"
+                                );
+                                EventStatus::Refused
+                            }
+                        }
+                    }
+                }
+            };
+            results.push(EventResult {
+                seq: event.seq(),
+                status,
+            });
         }
         tx.commit().await?;
-        Ok(orders
-            .iter()
-            .zip(status)
-            .map(|(o, status)| ItemResult {
-                reservation_id: o.reservation_id.clone(),
-                status,
-            })
-            .collect())
+        Ok(results)
     }
 
+    /// A product's row, read from the read pool.
     pub async fn product(&self, id: &str) -> anyhow::Result<Option<Product>> {
+        let row = sqlx::query(&self.sql(&format!(
+            "SELECT {PRODUCT_COLUMNS} FROM products WHERE id = $1"
+        )))
+        .bind(id)
+        .fetch_optional(&self.read)
+        .await?;
+        row.as_ref().map(product_of).transpose()
+    }
+
+    /// What a product's orders sum to. A scan of its orders: for
+    /// reconciliation, never a request path.
+    pub async fn order_sums(&self, id: &str) -> anyhow::Result<OrderSums> {
         let row = sqlx::query(&self.sql(
-            "SELECT p.id, p.stock_total, p.sold,
-                (SELECT COUNT(*) FROM orders o WHERE o.product_id = p.id AND o.status = 'accepted'),
-                (SELECT CAST(COALESCE(SUM(o.quantity), 0) AS BIGINT) FROM orders o
-                    WHERE o.product_id = p.id AND o.status = 'accepted'),
-                (SELECT COUNT(*) FROM orders o
-                    WHERE o.product_id = p.id AND o.status = 'rejected_oversell')
-             FROM products p WHERE p.id = $1",
+            "SELECT
+                CAST(COALESCE(SUM(CASE WHEN status = 'accepted' THEN quantity ELSE 0 END), 0) AS BIGINT),
+                CAST(COALESCE(SUM(CASE WHEN status = 'rejected_oversell' THEN 1 ELSE 0 END), 0) AS BIGINT)
+             FROM orders WHERE product_id = $1",
         ))
         .bind(id)
-        .fetch_optional(&self.pool)
+        .fetch_one(&self.read)
         .await?;
-        row.map(|r| -> anyhow::Result<Product> {
-            Ok(Product {
-                id: r.try_get(0)?,
-                stock_total: r.try_get(1)?,
-                sold: r.try_get(2)?,
-                orders_accepted: r.try_get(3)?,
-                units_accepted: r.try_get(4)?,
-                orders_rejected: r.try_get(5)?,
-            })
+        Ok(OrderSums {
+            units_accepted: row.try_get(0)?,
+            orders_rejected: row.try_get(1)?,
         })
-        .transpose()
     }
 
     pub async fn product_ids(&self) -> anyhow::Result<Vec<String>> {
         let rows = sqlx::query("SELECT id FROM products ORDER BY id")
-            .fetch_all(&self.pool)
+            .fetch_all(&self.read)
             .await?;
         rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
-    }
-
-    /// Creates a product or sets its total, which may not drop below `sold`.
-    pub async fn set_total(&self, id: &str, stock_total: u64) -> anyhow::Result<SetTotal> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query(&self.sql(
-            "INSERT INTO products (id, stock_total, sold) VALUES ($1, $2, 0)
-             ON CONFLICT (id) DO NOTHING",
-        ))
-        .bind(id)
-        .bind(stock_total as i64)
-        .execute(&mut *tx)
-        .await?;
-        let updated = sqlx::query(
-            &self.sql("UPDATE products SET stock_total = $1 WHERE id = $2 AND sold <= $1"),
-        )
-        .bind(stock_total as i64)
-        .bind(id)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if updated == 0 {
-            let sold: i64 = sqlx::query(&self.sql("SELECT sold FROM products WHERE id = $1"))
-                .bind(id)
-                .fetch_one(&mut *tx)
-                .await?
-                .try_get(0)?;
-            tx.rollback().await?;
-            return Ok(SetTotal::BelowSold { sold });
-        }
-        tx.commit().await?;
-        let product = self.product(id).await?.context("product just written")?;
-        Ok(SetTotal::Done(product))
     }
 
     /// Orders in arrival order after the cursor `after`, at most `limit`.
@@ -378,7 +514,7 @@ impl Db {
         limit: i64,
     ) -> anyhow::Result<Vec<StoredOrder>> {
         let columns = "id, reservation_id, product_id, buyer_id, quantity, payment_ref,
-                       confirmed_at, received_at, status";
+                       confirmed_at, received_at, voided_at, status";
         let rows = match product_id {
             Some(p) => {
                 sqlx::query(&self.sql(&format!(
@@ -388,7 +524,7 @@ impl Db {
                 .bind(p)
                 .bind(after)
                 .bind(limit)
-                .fetch_all(&self.pool)
+                .fetch_all(&self.read)
                 .await?
             }
             None => {
@@ -397,7 +533,7 @@ impl Db {
                 )))
                 .bind(after)
                 .bind(limit)
-                .fetch_all(&self.pool)
+                .fetch_all(&self.read)
                 .await?
             }
         };
@@ -412,7 +548,8 @@ impl Db {
                     payment_ref: r.try_get(5)?,
                     confirmed_at_ms: r.try_get(6)?,
                     received_at_ms: r.try_get(7)?,
-                    status: r.try_get(8)?,
+                    voided_at_ms: r.try_get(8)?,
+                    status: r.try_get(9)?,
                 })
             })
             .collect()

@@ -1,11 +1,15 @@
-//! flashgate-origin: the shop's side of flashgate. It ingests confirmed
-//! reservations forwarded by the gate's outbox, idempotently (keyed by
-//! reservation id) and behind an HMAC signature, applies a conditional
-//! decrement as a second line of defence against overselling, and serves the
-//! orders, metrics and a reconciliation against the gate.
+//! flashgate-origin: the shop's side of flashgate. It applies the events
+//! the gate's outbox forwards (orders, voids, stock totals), idempotently
+//! and behind a signature, with a conditional decrement as a second line of
+//! defence against overselling; it serves the orders and metrics to the
+//! shop's read token, mints buyer tokens for the shop's login, and
+//! reconciles against the gate.
 
 pub mod app;
+pub mod auth;
 pub mod db;
+pub mod demo;
 pub mod metrics;
 pub mod problem;
 pub mod reconcile;
+pub mod server;

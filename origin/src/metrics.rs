@@ -1,6 +1,7 @@
 //! Prometheus metrics: ingested, duplicate and rejected orders, signature
 //! failures, and a histogram of batch latency.
 
+use flashgate_wire::EventStatus;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
@@ -11,6 +12,9 @@ pub struct Metrics {
     pub ingested: Counter,
     pub duplicates: Counter,
     pub rejected_oversell: Counter,
+    pub refused: Counter,
+    pub buyer_tokens: Counter,
+    pub demo_payments: Counter,
     pub batches: Counter,
     pub batches_failed: Counter,
     pub unauthorized: Counter,
@@ -23,20 +27,38 @@ impl Default for Metrics {
         let ingested = Counter::default();
         let duplicates = Counter::default();
         let rejected_oversell = Counter::default();
+        let refused = Counter::default();
+        let buyer_tokens = Counter::default();
+        let demo_payments = Counter::default();
         let batches = Counter::default();
         let batches_failed = Counter::default();
         let unauthorized = Counter::default();
         // 1 ms to about 16 s.
         let batch_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 15));
         registry.register(
-            "orders_ingested",
-            "Orders stored for the first time",
+            "events_applied",
+            "Events (orders, voids, stock totals) applied for the first time",
             ingested.clone(),
         );
         registry.register(
-            "orders_duplicate",
-            "Orders delivered again and recognised",
+            "events_duplicate",
+            "Events delivered again and recognised",
             duplicates.clone(),
+        );
+        registry.register(
+            "events_refused",
+            "Voids of unknown orders and totals below sold (a bug signal)",
+            refused.clone(),
+        );
+        registry.register(
+            "buyer_tokens_minted",
+            "Buyer tokens minted for the shop",
+            buyer_tokens.clone(),
+        );
+        registry.register(
+            "demo_payments",
+            "Demo payments confirmed at the gate",
+            demo_payments.clone(),
         );
         registry.register(
             "orders_rejected_oversell",
@@ -51,7 +73,7 @@ impl Default for Metrics {
         );
         registry.register(
             "unauthorized",
-            "Requests refused for a missing, bad or stale signature",
+            "Requests refused for a missing or bad credential",
             unauthorized.clone(),
         );
         registry.register(
@@ -64,6 +86,9 @@ impl Default for Metrics {
             ingested,
             duplicates,
             rejected_oversell,
+            refused,
+            buyer_tokens,
+            demo_payments,
             batches,
             batches_failed,
             unauthorized,
@@ -73,6 +98,16 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Counts one event's result.
+    pub fn count(&self, status: EventStatus) {
+        match status {
+            EventStatus::Applied => self.ingested.inc(),
+            EventStatus::Duplicate => self.duplicates.inc(),
+            EventStatus::RejectedOversell => self.rejected_oversell.inc(),
+            EventStatus::Refused => self.refused.inc(),
+        };
+    }
+
     pub fn render(&self) -> String {
         let mut out = String::new();
         encode(&mut out, &self.registry).expect("writing to a String cannot fail");

@@ -50,11 +50,14 @@ origin_codes! {
     InvalidBody => "invalid_body", 422, "Invalid request body";
     BatchTooLarge => "batch_too_large", 413, "Batch too large";
     BadSignature => "bad_signature", 401, "Missing or bad signature";
+    Unauthorized => "unauthorized", 401, "Credential required";
+    TokenInvalid => "token_invalid", 401, "Invalid buyer token";
     InvalidProductId => "invalid_product_id", 400, "Invalid product id";
     UnknownProduct => "unknown_product", 404, "Unknown product";
-    BelowSold => "below_sold", 409, "Total below sold units";
     BadQuery => "bad_query", 400, "Invalid query";
-    Timeout => "timeout", 503, "Batch timed out";
+    Timeout => "timeout", 503, "Request timed out";
+    Overloaded => "overloaded", 503, "Too many requests in flight";
+    GateUnreachable => "gate_unreachable", 502, "Gate unreachable";
     Unhealthy => "unhealthy", 503, "Database unavailable";
     Internal => "internal", 500, "Internal error";
 }
@@ -65,6 +68,10 @@ origin_codes! {
 pub struct AppError {
     pub code: OriginCode,
     pub detail: String,
+    /// Sent as `Retry-After`, in seconds.
+    pub retry_after_s: Option<u64>,
+    /// Sent as `WWW-Authenticate` with a 401.
+    pub challenge: Option<&'static str>,
 }
 
 impl AppError {
@@ -72,7 +79,21 @@ impl AppError {
         AppError {
             code,
             detail: detail.into(),
+            retry_after_s: None,
+            challenge: None,
         }
+    }
+
+    pub fn unauthorized(detail: impl Into<String>) -> AppError {
+        AppError {
+            challenge: Some(r#"Bearer realm="flashgate-origin""#),
+            ..AppError::new(OriginCode::Unauthorized, detail)
+        }
+    }
+
+    pub fn retry_after(mut self, seconds: u64) -> AppError {
+        self.retry_after_s = Some(seconds);
+        self
     }
 }
 
@@ -97,8 +118,14 @@ impl IntoResponse for AppError {
         let status =
             StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut resp = (status, Json(doc)).into_response();
-        resp.headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
+        let headers = resp.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
+        if let Some(s) = self.retry_after_s {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        if let Some(c) = self.challenge {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(c));
+        }
         resp
     }
 }

@@ -1,11 +1,12 @@
 //! Reconciliation: compares each product's gate stats with the origin's
 //! totals and orders, and reports drift.
 //!
-//! For a product, `drift_units = gate.sold - origin.units_accepted -
-//! gate.outbox.backlog_units`: every unit the gate sold is either stored at
-//! the origin or still waiting in the outbox. Once the outbox has drained,
-//! drift must be zero. The origin's own `sold` must also equal the units of
-//! its accepted orders, and no order may be `rejected_oversell`.
+//! For a product, `drift_units = gate.sold - origin.sold -
+//! gate.outbox.backlog_units`: every unit the gate sold is either counted at
+//! the origin or still waiting in the outbox (orders add units, voids take
+//! them back, so the backlog is net). Once the outbox has drained, drift
+//! must be zero. The origin's `sold` must also equal what its accepted
+//! orders sum to, and no order may be `rejected_oversell`.
 //!
 //! The gate's stats are read as the wire crate's `GateStats`, the type the
 //! gate writes them with. A gate that refuses the admin token or fails is an
@@ -16,7 +17,7 @@ use flashgate_wire::GateStats;
 use reqwest::StatusCode;
 use serde::Serialize;
 
-use crate::db::{Db, Product};
+use crate::db::{Db, OrderSums, Product};
 
 /// Something reconcile found about one product.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -59,10 +60,10 @@ pub struct ProductDrift {
     pub product_id: String,
     pub gate_stock_total: Option<u64>,
     pub gate_sold: Option<u64>,
-    pub gate_backlog_units: Option<u64>,
+    pub gate_backlog_units: Option<i64>,
+    pub gate_backlog: Option<u64>,
     pub origin_stock_total: Option<i64>,
     pub origin_sold: Option<i64>,
-    pub origin_units_accepted: Option<i64>,
     pub origin_orders_rejected: Option<i64>,
     pub drift_units: i64,
     pub ok: bool,
@@ -71,8 +72,9 @@ pub struct ProductDrift {
     pub problems: Vec<String>,
 }
 
-/// What reconcile finds for one product, from the two sides' numbers.
-pub fn findings(gate: Option<&GateStats>, origin: Option<&Product>) -> Vec<Finding> {
+/// What reconcile finds for one product, from the two sides' numbers: the
+/// origin's products row and what its orders sum to.
+pub fn findings(gate: Option<&GateStats>, origin: Option<(&Product, OrderSums)>) -> Vec<Finding> {
     let mut out = Vec::new();
     if gate.is_none() {
         out.push(Finding::GateUnknown);
@@ -81,23 +83,22 @@ pub fn findings(gate: Option<&GateStats>, origin: Option<&Product>) -> Vec<Findi
         out.push(Finding::OriginUnknown);
     }
     let gate_sold = gate.map_or(0, |g| g.sold as i64);
-    let backlog = gate.map_or(0, |g| g.outbox.backlog_units as i64);
-    let accepted = origin.map_or(0, |o| o.units_accepted);
-    let drift = gate_sold - accepted - backlog;
+    let backlog = gate.map_or(0, |g| g.outbox.backlog_units);
+    let origin_sold = origin.map_or(0, |(o, _)| o.sold);
+    let drift = gate_sold - origin_sold - backlog;
     if drift != 0 {
         out.push(Finding::Drift { units: drift });
     }
-    if let Some(o) = origin {
-        if o.sold != o.units_accepted {
+    if let Some((o, sums)) = origin {
+        if o.sold != sums.units_accepted {
             out.push(Finding::OriginSoldMismatch {
                 sold: o.sold,
-                units_accepted: o.units_accepted,
+                units_accepted: sums.units_accepted,
             });
         }
-        if o.orders_rejected > 0 {
-            out.push(Finding::RejectedOversell {
-                orders: o.orders_rejected,
-            });
+        let rejected = o.orders_rejected.max(sums.orders_rejected);
+        if rejected > 0 {
+            out.push(Finding::RejectedOversell { orders: rejected });
         }
     }
     out
@@ -113,30 +114,53 @@ pub fn healthy(findings: &[Finding], gate: Option<&GateStats>) -> bool {
     })
 }
 
-/// Refuses a plain-http gate URL. The admin token travels with every
-/// request, so it must not cross a network in the clear.
+/// Refuses a gate URL the admin token must not travel to: anything but
+/// https, except plain http to this machine (loopback), for local runs.
 fn check_gate_url(gate_url: &str) -> anyhow::Result<()> {
     let url = reqwest::Url::parse(gate_url).with_context(|| format!("gate URL {gate_url}"))?;
+    let loopback = match url.host() {
+        Some(url::Host::Domain(d)) => d == "localhost",
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    };
     match url.scheme() {
-        "https" | "http" => Ok(()),
-        other => bail!("the gate URL must be http(s), not {other}"),
+        "https" => Ok(()),
+        "http" if loopback => Ok(()),
+        "http" => bail!(
+            "refusing plain http to {gate_url}: the admin token would cross the network in the clear; use https"
+        ),
+        other => bail!("the gate URL must be https, not {other}"),
     }
+}
+
+/// The HTTP client reconcile reads the gate with: rustls with the public
+/// roots, plus `ca` (a PEM file) for a gate behind a private CA.
+pub fn client(gate_url: &str, ca: Option<&std::path::Path>) -> anyhow::Result<reqwest::Client> {
+    check_gate_url(gate_url)?;
+    let mut builder = reqwest::Client::builder().timeout(std::time::Duration::from_secs(30));
+    if let Some(path) = ca {
+        let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let cert = reqwest::Certificate::from_pem(&pem)
+            .with_context(|| format!("{} is not a PEM certificate", path.display()))?;
+        builder = builder.add_root_certificate(cert);
+    }
+    builder.build().context("building the HTTP client")
 }
 
 pub async fn reconcile(
     db: &Db,
+    http: &reqwest::Client,
     gate_url: &str,
     admin_token: &str,
     products: &[String],
 ) -> anyhow::Result<Vec<ProductDrift>> {
-    check_gate_url(gate_url)?;
     let base = gate_url.trim_end_matches('/');
     let ids = if products.is_empty() {
         db.product_ids().await?
     } else {
         products.to_vec()
     };
-    let http = reqwest::Client::new();
     let mut report = Vec::new();
     for id in ids {
         let url = format!("{base}/admin/products/{id}/stats");
@@ -161,8 +185,14 @@ pub async fn reconcile(
                 bail!("the gate answered {s} for {url}: {body}")
             }
         };
-        let origin = db.product(&id).await?;
-        let findings = findings(gate.as_ref(), origin.as_ref());
+        let origin = match db.product(&id).await? {
+            Some(p) => {
+                let sums = db.order_sums(&id).await?;
+                Some((p, sums))
+            }
+            None => None,
+        };
+        let findings = findings(gate.as_ref(), origin.as_ref().map(|(p, s)| (p, *s)));
         let drift_units = findings
             .iter()
             .find_map(|f| match f {
@@ -175,10 +205,10 @@ pub async fn reconcile(
             gate_stock_total: gate.as_ref().map(|g| g.stock_total),
             gate_sold: gate.as_ref().map(|g| g.sold),
             gate_backlog_units: gate.as_ref().map(|g| g.outbox.backlog_units),
-            origin_stock_total: origin.as_ref().map(|o| o.stock_total),
-            origin_sold: origin.as_ref().map(|o| o.sold),
-            origin_units_accepted: origin.as_ref().map(|o| o.units_accepted),
-            origin_orders_rejected: origin.as_ref().map(|o| o.orders_rejected),
+            gate_backlog: gate.as_ref().map(|g| g.outbox.backlog),
+            origin_stock_total: origin.as_ref().map(|(o, _)| o.stock_total),
+            origin_sold: origin.as_ref().map(|(o, _)| o.sold),
+            origin_orders_rejected: origin.as_ref().map(|(o, _)| o.orders_rejected),
             drift_units,
             ok: healthy(&findings, gate.as_ref()),
             problems: findings.iter().map(Finding::describe).collect(),
@@ -193,7 +223,7 @@ mod tests {
     use super::*;
     use flashgate_wire::{CounterStats, OutboxStats, SaleState};
 
-    fn gate(sold: u64, backlog_units: u64) -> GateStats {
+    fn gate(sold: u64, backlog_units: i64) -> GateStats {
         GateStats {
             product_id: "p".into(),
             state: SaleState::Open,
@@ -205,14 +235,14 @@ mod tests {
             tombstones: 0,
             buyers: 0,
             outbox: OutboxStats {
-                backlog: backlog_units,
+                backlog: backlog_units.unsigned_abs(),
                 backlog_units,
                 acked_seq: 0,
                 attempts: 0,
                 retry_at_ms: 0,
                 last_error: None,
                 last_success_ms: None,
-                rejected_oversell: 0,
+                refused: 0,
             },
             next_deadline_ms: None,
             counters: CounterStats {
@@ -224,21 +254,30 @@ mod tests {
         }
     }
 
-    fn origin(sold: i64, units_accepted: i64, orders_rejected: i64) -> Product {
-        Product {
-            id: "p".into(),
-            stock_total: 10,
-            sold,
-            orders_accepted: units_accepted,
-            units_accepted,
-            orders_rejected,
-        }
+    fn origin(sold: i64, units_accepted: i64, orders_rejected: i64) -> (Product, OrderSums) {
+        (
+            Product {
+                id: "p".into(),
+                stock_total: 10,
+                sold,
+                orders_accepted: sold,
+                orders_rejected,
+                orders_voided: 0,
+                stock_seq: 1,
+            },
+            OrderSums {
+                units_accepted,
+                orders_rejected,
+            },
+        )
     }
 
     #[test]
     fn findings_and_health() {
         let cases = [
             (Some(gate(3, 1)), Some(origin(2, 2, 0)), vec![], true),
+            // A void waiting in the outbox: the gate sold 1, the origin 2.
+            (Some(gate(1, -1)), Some(origin(2, 2, 0)), vec![], true),
             (
                 Some(gate(3, 0)),
                 Some(origin(2, 2, 0)),
@@ -259,7 +298,7 @@ mod tests {
                 false,
             ),
             (
-                Some(gate(2, 0)),
+                Some(gate(3, 0)),
                 Some(origin(3, 2, 1)),
                 vec![
                     Finding::OriginSoldMismatch {
@@ -272,16 +311,29 @@ mod tests {
             ),
         ];
         for (g, o, want, ok) in cases {
-            let got = findings(g.as_ref(), o.as_ref());
+            let got = findings(g.as_ref(), o.as_ref().map(|(p, s)| (p, *s)));
             assert_eq!(got, want);
             assert_eq!(healthy(&got, g.as_ref()), ok, "{want:?}");
         }
     }
 
     #[test]
-    fn only_http_gates() {
-        assert!(check_gate_url("ftp://gate").is_err());
-        assert!(check_gate_url("not a url").is_err());
-        assert!(check_gate_url("https://gate.example").is_ok());
+    fn the_admin_token_only_travels_encrypted_or_locally() {
+        for ok in [
+            "https://gate.example",
+            "http://127.0.0.1:8787",
+            "http://localhost:8787",
+            "http://[::1]:8787",
+        ] {
+            assert!(check_gate_url(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "http://gate.example",
+            "http://10.0.0.5",
+            "ftp://gate",
+            "not a url",
+        ] {
+            assert!(check_gate_url(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -12,14 +12,19 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use flashgate_origin::app::{self, AppState, Settings};
 use flashgate_origin::db::Db;
-use flashgate_wire::signing as wire;
-use flashgate_wire::{Batch, Order};
+use flashgate_wire::keys::KeySet;
+use flashgate_wire::signing::{self, Purpose};
+use flashgate_wire::{token, Batch, Event};
 use http_body_util::BodyExt;
 use serde_json::Value;
 use sqlx::{Connection, Executor, PgConnection};
 use tower::ServiceExt;
 
-const SECRET: &[u8] = b"test-origin-secret";
+const FORWARD_KEYS: &str = "f1:forward-key-0123456789abcdef0123456789";
+const READ_TOKEN: &str = "read-token-0123456789abcdef0123456789";
+const SHOP_TOKEN: &str = "shop-token-0123456789abcdef0123456789";
+const BUYER_KEYS: &str = "b1:buyer-key-0123456789abcdef0123456789ab";
+const PAYMENT_KEYS: &str = "p1:payment-key-0123456789abcdef012345678";
 
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -47,9 +52,6 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
-
-/// A signature test case: name, timestamp header, signature header, body.
-type SigCase = (&'static str, Option<String>, Option<String>, Vec<u8>);
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
@@ -116,43 +118,88 @@ impl TestDb {
     }
 }
 
+fn keys(text: &str) -> KeySet {
+    KeySet::parse(text).unwrap()
+}
+
 fn state(db: &Db) -> Arc<AppState> {
     AppState::new(
         db.clone(),
         Settings {
-            hmac_secret: SECRET.to_vec(),
+            forward_keys: keys(FORWARD_KEYS),
+            read_tokens: keys(&format!("r1:{READ_TOKEN}")),
+            shop_tokens: keys(&format!("s1:{SHOP_TOKEN}")),
+            buyer_keys: keys(BUYER_KEYS),
+            buyer_audience: "flashgate".into(),
+            demo: None,
             batch_timeout: Duration::from_secs(30),
         },
     )
 }
 
-fn order(product: &str, n: u32, quantity: u32) -> Order {
-    Order {
-        // Reservation ids start at 1, as the gate issues them.
-        reservation_id: format!("{product}:{}", n + 1),
-        product_id: product.into(),
+/// The public id of reservation `n`: any 16 hex digits will do here.
+fn rid(n: u32) -> String {
+    format!("{:016x}", u64::from(n) + 1)
+}
+
+fn order(product: &str, n: u32, quantity: u32) -> Event {
+    Event::Order {
+        seq: u64::from(n) + 100,
+        reservation_id: format!("{product}:{}", rid(n)),
         buyer_id: format!("buyer-{n}"),
         quantity,
         payment_ref: format!("pay-{n}"),
         confirmed_at_ms: 1_700_000_000_000 + u64::from(n),
-        stock_total: 1_000,
     }
 }
 
-fn signed(method: &str, uri: &str, body: Vec<u8>) -> Request<Body> {
-    let ts = now_ms();
-    Request::builder()
-        .method(method)
-        .uri(uri)
-        .header("content-type", "application/json")
-        .header(wire::TIMESTAMP_HEADER, ts.to_string())
-        .header(wire::SIGNATURE_HEADER, wire::sign(SECRET, ts, &body))
-        .body(Body::from(body))
-        .unwrap()
+fn stock(seq: u64, stock_total: u64) -> Event {
+    Event::Stock {
+        seq,
+        stock_total,
+        at_ms: 1,
+    }
 }
 
-fn batch(orders: Vec<Order>) -> Vec<u8> {
-    serde_json::to_vec(&Batch { orders }).unwrap()
+fn void(product: &str, seq: u64, n: u32, quantity: u32) -> Event {
+    Event::Void {
+        seq,
+        reservation_id: format!("{product}:{}", rid(n)),
+        quantity,
+        voided_at_ms: 2,
+    }
+}
+
+fn batch(product: &str, mut events: Vec<Event>) -> Vec<u8> {
+    events.sort_by_key(Event::seq);
+    serde_json::to_vec(&Batch {
+        product_id: product.into(),
+        events,
+    })
+    .unwrap()
+}
+
+/// A batch request signed as the gate signs it.
+fn signed_with(keys_text: &str, purpose: Purpose, path: &str, body: Vec<u8>) -> Request<Body> {
+    let s = signing::sign(
+        &keys(keys_text),
+        &signing::Request {
+            purpose,
+            method: "POST",
+            path,
+            body: &body,
+        },
+        now_ms(),
+    );
+    let mut req = Request::post("/v1/batches").header("content-type", "application/json");
+    for (k, v) in s.headers() {
+        req = req.header(k, v);
+    }
+    req.body(Body::from(body)).unwrap()
+}
+
+fn signed(body: Vec<u8>) -> Request<Body> {
+    signed_with(FORWARD_KEYS, Purpose::Forward, "/v1/batches", body)
 }
 
 async fn send(state: &Arc<AppState>, req: Request<Body>) -> (StatusCode, Value, String) {
@@ -169,15 +216,37 @@ async fn send(state: &Arc<AppState>, req: Request<Body>) -> (StatusCode, Value, 
     (status, body, ct)
 }
 
+/// A read with the shop's read token.
 async fn get(state: &Arc<AppState>, uri: &str) -> (StatusCode, Value) {
-    let (s, b, _) = send(state, Request::get(uri).body(Body::empty()).unwrap()).await;
+    let req = Request::get(uri)
+        .header("authorization", format!("Bearer {READ_TOKEN}"))
+        .body(Body::empty())
+        .unwrap();
+    let (s, b, _) = send(state, req).await;
     (s, b)
+}
+
+async fn get_text(state: &Arc<AppState>, uri: &str) -> String {
+    let req = Request::get(uri)
+        .header("authorization", format!("Bearer {READ_TOKEN}"))
+        .body(Body::empty())
+        .unwrap();
+    let resp = app::router(state.clone()).oneshot(req).await.unwrap();
+    String::from_utf8(
+        resp.into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec(),
+    )
+    .unwrap()
 }
 
 fn statuses(body: &Value) -> Vec<String> {
     body["results"]
         .as_array()
-        .unwrap()
+        .unwrap_or_else(|| panic!("no results: {body}"))
         .iter()
         .map(|r| r["status"].as_str().unwrap().to_string())
         .collect()
@@ -206,71 +275,95 @@ macro_rules! on_both {
 
 on_both!(idempotent_reingest, |db: Db| async move {
     let st = state(&db);
-    let orders = vec![order("p1", 1, 2), order("p1", 2, 1), order("p2", 3, 1)];
-    let (s, body, _) = send(
-        &st,
-        signed("POST", "/v1/reservations/batch", batch(orders.clone())),
-    )
-    .await;
+    let first = vec![stock(1, 100), order("p1", 1, 2), order("p1", 2, 1)];
+    let (s, body, _) = send(&st, signed(batch("p1", first.clone()))).await;
     assert_eq!(s, StatusCode::OK, "{body}");
-    assert_eq!(statuses(&body), ["inserted", "inserted", "inserted"]);
+    assert_eq!(statuses(&body), ["applied", "applied", "applied"]);
     // The same batch again, and a batch mixing old and new: nothing doubles.
-    let (_, body, _) = send(
-        &st,
-        signed("POST", "/v1/reservations/batch", batch(orders.clone())),
-    )
-    .await;
-    assert_eq!(statuses(&body), ["exists", "exists", "exists"]);
+    let (_, body, _) = send(&st, signed(batch("p1", first))).await;
+    assert_eq!(statuses(&body), ["duplicate", "duplicate", "duplicate"]);
     let mixed = vec![order("p1", 2, 1), order("p1", 4, 3)];
-    let (_, body, _) = send(&st, signed("POST", "/v1/reservations/batch", batch(mixed))).await;
-    assert_eq!(statuses(&body), ["exists", "inserted"]);
+    let (_, body, _) = send(&st, signed(batch("p1", mixed))).await;
+    assert_eq!(statuses(&body), ["duplicate", "applied"]);
     let (_, p1) = get(&st, "/v1/products/p1").await;
     assert_eq!(
         (p1["sold"].as_i64(), p1["orders_accepted"].as_i64()),
         (Some(6), Some(3))
     );
     let (_, all) = get(&st, "/v1/orders?limit=1000").await;
-    assert_eq!(all["orders"].as_array().unwrap().len(), 4);
+    assert_eq!(all["orders"].as_array().unwrap().len(), 3);
     let metrics = get_text(&st, "/metrics").await;
     assert!(
-        metrics.contains("flashgate_origin_orders_ingested_total 4"),
+        metrics.contains("flashgate_origin_events_applied_total 4"),
         "{metrics}"
     );
     assert!(
-        metrics.contains("flashgate_origin_orders_duplicate_total 4"),
+        metrics.contains("flashgate_origin_events_duplicate_total 4"),
         "{metrics}"
     );
 });
 
-async fn get_text(state: &Arc<AppState>, uri: &str) -> String {
-    let resp = app::router(state.clone())
-        .oneshot(Request::get(uri).body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    String::from_utf8(
-        resp.into_body()
-            .collect()
-            .await
+on_both!(
+    stock_totals_move_forward_and_voids_apply_once,
+    |db: Db| async move {
+        let st = state(&db);
+        let events = vec![stock(1, 5), order("v", 1, 2), order("v", 2, 2)];
+        let (s, body, _) = send(&st, signed(batch("v", events))).await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+        // A restock at the gate reaches the origin in order, so the orders
+        // it made room for are accepted.
+        let (_, body, _) = send(
+            &st,
+            signed(batch("v", vec![stock(200, 7), order("v", 150, 3)])),
+        )
+        .await;
+        assert_eq!(statuses(&body), ["applied", "applied"]);
+        // An older total arriving late changes nothing.
+        let (_, body, _) = send(&st, signed(batch("v", vec![stock(1, 5)]))).await;
+        assert_eq!(statuses(&body), ["duplicate"]);
+        // A void gives the units back, once.
+        let (_, body, _) = send(&st, signed(batch("v", vec![void("v", 300, 1, 2)]))).await;
+        assert_eq!(statuses(&body), ["applied"]);
+        let (_, body, _) = send(&st, signed(batch("v", vec![void("v", 300, 1, 2)]))).await;
+        assert_eq!(statuses(&body), ["duplicate"]);
+        let (_, p) = get(&st, "/v1/products/v").await;
+        assert_eq!(
+            (
+                p["stock_total"].as_i64(),
+                p["sold"].as_i64(),
+                p["orders_accepted"].as_i64(),
+                p["orders_voided"].as_i64()
+            ),
+            (Some(7), Some(5), Some(2), Some(1)),
+            "{p}"
+        );
+        // A void of an order the origin never had, and a total below what
+        // is sold, are refused (bug signals), and change nothing.
+        let (_, body, _) = send(
+            &st,
+            signed(batch("v", vec![void("v", 400, 77, 1), stock(401, 1)])),
+        )
+        .await;
+        assert_eq!(statuses(&body), ["refused", "refused"]);
+        let (_, after) = get(&st, "/v1/products/v").await;
+        assert_eq!(after, p);
+        let (_, orders) = get(&st, "/v1/orders?product_id=v").await;
+        let voided: Vec<_> = orders["orders"]
+            .as_array()
             .unwrap()
-            .to_bytes()
-            .to_vec(),
-    )
-    .unwrap()
-}
+            .iter()
+            .filter(|o| o["status"] == "voided")
+            .collect();
+        assert_eq!(voided.len(), 1);
+        assert_eq!(voided[0]["voided_at_ms"].as_i64(), Some(2));
+    }
+);
 
 on_both!(
     concurrent_batches_never_oversell_or_duplicate,
     |db: Db| async move {
         let st = state(&db);
-        let (s, body, _) = send(
-            &st,
-            signed(
-                "PUT",
-                "/v1/products/hot",
-                br#"{"stock_total":100}"#.to_vec(),
-            ),
-        )
-        .await;
+        let (s, body, _) = send(&st, signed(batch("hot", vec![stock(1, 100)]))).await;
         assert_eq!(s, StatusCode::OK, "{body}");
         // 120 distinct orders of one unit, each sent by two of the 8 tasks, in
         // batches of 10, all at once: 100 fit, 20 must be refused, none twice.
@@ -283,9 +376,8 @@ on_both!(
                     mine.reverse();
                 }
                 for chunk in mine.chunks(10) {
-                    let orders = chunk.iter().map(|&n| order("hot", n, 1)).collect();
-                    let (s, body, _) =
-                        send(&st, signed("POST", "/v1/reservations/batch", batch(orders))).await;
+                    let events = chunk.iter().map(|&n| order("hot", n, 1)).collect();
+                    let (s, body, _) = send(&st, signed(batch("hot", events))).await;
                     assert_eq!(s, StatusCode::OK, "{body}");
                 }
             }));
@@ -295,7 +387,7 @@ on_both!(
         }
         let (_, p) = get(&st, "/v1/products/hot").await;
         assert_eq!(p["sold"].as_i64(), Some(100), "{p}");
-        assert_eq!(p["units_accepted"].as_i64(), Some(100), "{p}");
+        assert_eq!(p["orders_accepted"].as_i64(), Some(100), "{p}");
         assert_eq!(p["orders_rejected"].as_i64(), Some(20), "{p}");
         let (_, all) = get(&st, "/v1/orders?product_id=hot&limit=1000").await;
         let ids: std::collections::BTreeSet<&str> = all["orders"]
@@ -310,108 +402,229 @@ on_both!(
 );
 
 on_both!(
-    every_signature_failure_is_refused_and_stores_nothing,
+    every_credential_failure_is_refused_and_stores_nothing,
     |db: Db| async move {
         let st = state(&db);
-        let body = batch(vec![order("p1", 1, 1)]);
-        let now = now_ms();
-        let good_sig = wire::sign(SECRET, now, &body);
-        let stale = now - wire::SIGNATURE_SKEW_MS_MAX - 1_000;
-        let future = now + wire::SIGNATURE_SKEW_MS_MAX + 60_000;
-        let cases: Vec<SigCase> = vec![
-            ("no headers", None, None, body.clone()),
-            ("no signature", Some(now.to_string()), None, body.clone()),
-            ("no timestamp", None, Some(good_sig.clone()), body.clone()),
+        let body = batch("p1", vec![stock(1, 10), order("p1", 1, 1)]);
+        let good = signing::sign(
+            &keys(FORWARD_KEYS),
+            &signing::Request {
+                purpose: Purpose::Forward,
+                method: "POST",
+                path: "/v1/batches",
+                body: &body,
+            },
+            now_ms(),
+        );
+        let stale_at = now_ms() - signing::SIGNATURE_SKEW_MS_MAX - 1_000;
+        let stale = signing::sign(
+            &keys(FORWARD_KEYS),
+            &signing::Request {
+                purpose: Purpose::Forward,
+                method: "POST",
+                path: "/v1/batches",
+                body: &body,
+            },
+            stale_at,
+        );
+        let with = |kid: Option<&str>, ts: Option<String>, sig: Option<&str>, b: Vec<u8>| {
+            let mut req = Request::post("/v1/batches").header("content-type", "application/json");
+            if let Some(kid) = kid {
+                req = req.header(signing::KEY_ID_HEADER, kid);
+            }
+            if let Some(ts) = ts {
+                req = req.header(signing::TIMESTAMP_HEADER, ts);
+            }
+            if let Some(sig) = sig {
+                req = req.header(signing::SIGNATURE_HEADER, sig);
+            }
+            req.body(Body::from(b)).unwrap()
+        };
+        let ts = Some(good.timestamp_ms.to_string());
+        let cases: Vec<(&str, Request<Body>)> = vec![
+            ("no headers", with(None, None, None, body.clone())),
             (
-                "timestamp not a number",
-                Some("yesterday".into()),
-                Some(good_sig.clone()),
-                body.clone(),
+                "no signature",
+                with(Some("f1"), ts.clone(), None, body.clone()),
+            ),
+            (
+                "no key id",
+                with(None, ts.clone(), Some(&good.signature), body.clone()),
+            ),
+            (
+                "unknown key id",
+                with(Some("f9"), ts.clone(), Some(&good.signature), body.clone()),
             ),
             (
                 "stale",
-                Some(stale.to_string()),
-                Some(wire::sign(SECRET, stale, &body)),
-                body.clone(),
+                with(
+                    Some("f1"),
+                    Some(stale.timestamp_ms.to_string()),
+                    Some(&stale.signature),
+                    body.clone(),
+                ),
             ),
             (
-                "from the future",
-                Some(future.to_string()),
-                Some(wire::sign(SECRET, future, &body)),
-                body.clone(),
+                "malformed",
+                with(Some("f1"), ts.clone(), Some("v2=nothex"), body.clone()),
             ),
             (
-                "malformed signature",
-                Some(now.to_string()),
-                Some("v1=nothex".into()),
-                body.clone(),
-            ),
-            (
-                "unknown scheme",
-                Some(now.to_string()),
-                Some(good_sig.replace("v1=", "v0=")),
-                body.clone(),
-            ),
-            (
-                "wrong secret",
-                Some(now.to_string()),
-                Some(wire::sign(b"not-the-secret", now, &body)),
-                body.clone(),
+                "old scheme",
+                with(
+                    Some("f1"),
+                    ts.clone(),
+                    Some(&good.signature.replace("v2=", "v1=")),
+                    body.clone(),
+                ),
             ),
             (
                 "tampered body",
-                Some(now.to_string()),
-                Some(good_sig.clone()),
-                batch(vec![order("p1", 1, 9)]),
+                with(
+                    Some("f1"),
+                    ts.clone(),
+                    Some(&good.signature),
+                    batch("p1", vec![stock(1, 99)]),
+                ),
             ),
             (
-                "signature of another timestamp",
-                Some((now + 1).to_string()),
-                Some(good_sig.clone()),
-                body.clone(),
+                "another timestamp",
+                with(
+                    Some("f1"),
+                    Some((good.timestamp_ms + 1).to_string()),
+                    Some(&good.signature),
+                    body.clone(),
+                ),
+            ),
+            (
+                "signed for another path",
+                signed_with(FORWARD_KEYS, Purpose::Forward, "/v1/other", body.clone()),
+            ),
+            (
+                "re-signed with the payment key",
+                signed_with(PAYMENT_KEYS, Purpose::Payment, "/v1/batches", body.clone()),
+            ),
+            (
+                "the forwarding secret under the payment purpose",
+                signed_with(FORWARD_KEYS, Purpose::Payment, "/v1/batches", body.clone()),
             ),
         ];
-        for (name, ts, sig, b) in cases {
-            let mut req =
-                Request::post("/v1/reservations/batch").header("content-type", "application/json");
-            if let Some(ts) = ts {
-                req = req.header(wire::TIMESTAMP_HEADER, ts);
-            }
-            if let Some(sig) = sig {
-                req = req.header(wire::SIGNATURE_HEADER, sig);
-            }
-            let (s, body, ct) = send(&st, req.body(Body::from(b)).unwrap()).await;
+        let n = cases.len();
+        for (name, req) in cases {
+            let (s, body, ct) = send(&st, req).await;
             assert_eq!(s, StatusCode::UNAUTHORIZED, "{name}: {body}");
             assert_eq!(ct, "application/problem+json", "{name}");
             assert_eq!(body["code"], "bad_signature", "{name}");
         }
-        // PUT /v1/products is authenticated the same way.
-        let (s, _, _) = send(
-            &st,
-            Request::put("/v1/products/p1")
-                .body(Body::from(r#"{"stock_total":5}"#))
-                .unwrap(),
-        )
-        .await;
-        assert_eq!(s, StatusCode::UNAUTHORIZED);
+        // Reads need the read token; a forwarding key or the shop token is
+        // not one.
+        for (name, auth) in [
+            ("none", None),
+            ("shop token", Some(format!("Bearer {SHOP_TOKEN}"))),
+            ("wrong", Some("Bearer nope".to_string())),
+        ] {
+            for uri in ["/v1/orders", "/v1/products/p1", "/metrics"] {
+                let mut req = Request::get(uri);
+                if let Some(a) = &auth {
+                    req = req.header("authorization", a);
+                }
+                let (s, body, _) = send(&st, req.body(Body::empty()).unwrap()).await;
+                assert_eq!(s, StatusCode::UNAUTHORIZED, "{uri} with {name}: {body}");
+                assert_eq!(body["code"], "unauthorized");
+            }
+        }
         let (_, all) = get(&st, "/v1/orders").await;
         assert_eq!(all["orders"].as_array().unwrap().len(), 0, "nothing stored");
         assert_eq!(get(&st, "/v1/products/p1").await.0, StatusCode::NOT_FOUND);
-        assert!(get_text(&st, "/metrics")
-            .await
-            .contains("flashgate_origin_unauthorized_total 12"));
+        let metrics = get_text(&st, "/metrics").await;
+        assert!(
+            metrics.contains(&format!("flashgate_origin_unauthorized_total {}", n + 9)),
+            "{metrics}"
+        );
+        assert_eq!(
+            send(&st, Request::get("/healthz").body(Body::empty()).unwrap())
+                .await
+                .0,
+            StatusCode::OK
+        );
     }
 );
 
+on_both!(the_shop_mints_buyer_tokens, |db: Db| async move {
+    let st = state(&db);
+    let mint = |auth: Option<String>, body: &str| {
+        let mut req = Request::post("/v1/buyer-tokens").header("content-type", "application/json");
+        if let Some(a) = auth {
+            req = req.header("authorization", a);
+        }
+        req.body(Body::from(body.to_string())).unwrap()
+    };
+    let shop = Some(format!("Bearer {SHOP_TOKEN}"));
+    let (s, body, _) = send(
+        &st,
+        mint(shop.clone(), r#"{"buyer_id":"alice","ttl_s":60}"#),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{body}");
+    let claims = token::verify(
+        &keys(BUYER_KEYS),
+        body["token"].as_str().unwrap(),
+        "flashgate",
+        now_ms() / 1000,
+    )
+    .unwrap();
+    assert_eq!(claims.sub, "alice");
+    assert_eq!(claims.exp - claims.iat, 60);
+    for (auth, b, want) in [
+        (None, r#"{"buyer_id":"alice"}"#, StatusCode::UNAUTHORIZED),
+        (
+            Some(format!("Bearer {READ_TOKEN}")),
+            r#"{"buyer_id":"alice"}"#,
+            StatusCode::UNAUTHORIZED,
+        ),
+        (
+            shop.clone(),
+            r#"{"buyer_id":"a b"}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            shop.clone(),
+            r#"{"buyer_id":"a","ttl_s":999999}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            shop.clone(),
+            r#"{"buyer_id":"a","admin":true}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+    ] {
+        assert_eq!(send(&st, mint(auth, b)).await.0, want, "{b}");
+    }
+    // Demo payments are off unless configured.
+    let (s, _, _) = send(
+        &st,
+        Request::post("/v1/demo/payments")
+            .body(Body::from("{}"))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+});
+
 on_both!(orders_paginate_by_cursor, |db: Db| async move {
     let st = state(&db);
+    for p in ["even", "odd"] {
+        let (s, _, _) = send(&st, signed(batch(p, vec![stock(1, 1000)]))).await;
+        assert_eq!(s, StatusCode::OK);
+    }
     for start in [0u32, 100, 200] {
-        let orders = (start..start + 100)
-            .filter(|n| *n < 250)
-            .map(|n| order(if n % 2 == 0 { "even" } else { "odd" }, n, 1))
-            .collect();
-        let (s, body, _) = send(&st, signed("POST", "/v1/reservations/batch", batch(orders))).await;
-        assert_eq!(s, StatusCode::OK, "{body}");
+        for p in ["even", "odd"] {
+            let events = (start..start + 100)
+                .filter(|n| *n < 250 && (n % 2 == 0) == (p == "even"))
+                .map(|n| order(p, n, 1))
+                .collect();
+            let (s, body, _) = send(&st, signed(batch(p, events))).await;
+            assert_eq!(s, StatusCode::OK, "{body}");
+        }
     }
     let mut seen = Vec::new();
     let mut after: Option<i64> = None;
@@ -464,66 +677,44 @@ on_both!(
     oversized_and_malformed_batches_are_refused,
     |db: Db| async move {
         let st = state(&db);
-        let too_many = batch((0..501).map(|n| order("p1", n, 1)).collect());
-        let (s, body, _) = send(&st, signed("POST", "/v1/reservations/batch", too_many)).await;
+        let too_many = batch("p1", (0..501).map(|n| order("p1", n, 1)).collect());
+        let (s, body, _) = send(&st, signed(too_many)).await;
         assert_eq!(
             (s, body["code"].as_str()),
             (StatusCode::PAYLOAD_TOO_LARGE, Some("batch_too_large"))
         );
         let huge = format!(
-            r#"{{"orders":[],"pad":"{}"}}"#,
+            r#"{{"product_id":"p1","events":[],"pad":"{}"}}"#,
             "x".repeat(app::BODY_BYTES_MAX)
         );
-        let (s, body, _) = send(
-            &st,
-            signed("POST", "/v1/reservations/batch", huge.into_bytes()),
-        )
-        .await;
+        let (s, body, _) = send(&st, signed(huge.into_bytes())).await;
         assert_eq!(
             (s, body["code"].as_str()),
             (StatusCode::PAYLOAD_TOO_LARGE, Some("body_too_large"))
         );
-        let (s, body, _) = send(
-            &st,
-            signed(
-                "POST",
-                "/v1/reservations/batch",
-                br#"{"orders":[]}"#.to_vec(),
-            ),
-        )
-        .await;
+        let (s, body, _) = send(&st, signed(batch("p1", vec![]))).await;
         assert_eq!(
             (s, body["code"].as_str()),
             (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_body"))
         );
-        let (s, body, _) = send(&st, signed("POST", "/v1/reservations/batch", b"{".to_vec())).await;
+        let (s, body, _) = send(&st, signed(b"{".to_vec())).await;
         assert_eq!(
             (s, body["code"].as_str()),
             (StatusCode::BAD_REQUEST, Some("malformed_json"))
         );
-        let zero = batch(vec![order("p1", 1, 0)]);
-        let (s, _, _) = send(&st, signed("POST", "/v1/reservations/batch", zero)).await;
+        let zero = batch("p1", vec![order("p1", 1, 0)]);
+        let (s, _, _) = send(&st, signed(zero)).await;
         assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
-        let bad_product = batch(vec![order("no spaces", 1, 1)]);
-        let (s, _, _) = send(&st, signed("POST", "/v1/reservations/batch", bad_product)).await;
+        let other_product = batch("p1", vec![order("p2", 1, 1)]);
+        let (s, _, _) = send(&st, signed(other_product)).await;
         assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
         let (_, all) = get(&st, "/v1/orders").await;
         assert_eq!(all["orders"].as_array().unwrap().len(), 0, "nothing stored");
         // The largest allowed batch goes through.
-        let full = batch((0..500).map(|n| order("p1", n, 1)).collect());
-        let (s, _, _) = send(&st, signed("POST", "/v1/reservations/batch", full)).await;
+        let mut full: Vec<Event> = vec![stock(1, 1000)];
+        full.extend((0..499).map(|n| order("p1", n, 1)));
+        let (s, _, _) = send(&st, signed(batch("p1", full))).await;
         assert_eq!(s, StatusCode::OK);
-        // A total below what is sold is refused.
-        let (s, body, _) = send(
-            &st,
-            signed("PUT", "/v1/products/p1", br#"{"stock_total":10}"#.to_vec()),
-        )
-        .await;
-        assert_eq!(
-            (s, body["code"].as_str()),
-            (StatusCode::CONFLICT, Some("below_sold"))
-        );
-        assert_eq!(get(&st, "/healthz").await.0, StatusCode::OK);
     }
 );
 
@@ -555,21 +746,49 @@ on_both!(
     |db: Db| async move {
         let st = state(&db);
         let app = losing_answers(app::router(st.clone()), 1);
-        let orders = vec![order("p1", 1, 1), order("p1", 2, 1)];
+        let events = vec![stock(1, 10), order("p1", 1, 1), order("p1", 2, 1)];
         let first = app
             .clone()
-            .oneshot(signed(
-                "POST",
-                "/v1/reservations/batch",
-                batch(orders.clone()),
-            ))
+            .oneshot(signed(batch("p1", events.clone())))
             .await
             .unwrap();
         assert_eq!(first.status(), StatusCode::INTERNAL_SERVER_ERROR);
-        let (s, body, _) = send(&st, signed("POST", "/v1/reservations/batch", batch(orders))).await;
+        let (s, body, _) = send(&st, signed(batch("p1", events))).await;
         assert_eq!(s, StatusCode::OK);
-        assert_eq!(statuses(&body), ["exists", "exists"]);
+        assert_eq!(statuses(&body), ["duplicate", "duplicate", "duplicate"]);
         let (_, p) = get(&st, "/v1/products/p1").await;
         assert_eq!(p["sold"].as_i64(), Some(2));
     }
 );
+
+/// `sslmode` in DATABASE_URL is honoured: `require` encrypts, `disable`
+/// does not, and `verify-full` refuses a server certificate no trusted CA
+/// signed (this machine's PostgreSQL has a self-signed one).
+#[tokio::test]
+async fn postgres_honours_sslmode() {
+    let admin = pg_admin_url();
+    let with = |mode: &str| {
+        let sep = if admin.contains('?') { '&' } else { '?' };
+        format!("{admin}{sep}sslmode={mode}")
+    };
+    let unused = std::path::Path::new("unused");
+    let require = Db::connect(Some(&with("require")), unused)
+        .await
+        .expect("sslmode=require connects");
+    assert_eq!(
+        require.tls().await.unwrap(),
+        Some(true),
+        "sslmode=require is encrypted"
+    );
+    require.close().await;
+    let disable = Db::connect(Some(&with("disable")), unused)
+        .await
+        .expect("sslmode=disable connects");
+    assert_eq!(disable.tls().await.unwrap(), Some(false));
+    disable.close().await;
+    let verify = Db::connect(Some(&with("verify-full")), unused).await;
+    assert!(
+        verify.is_err(),
+        "verify-full must refuse an untrusted certificate"
+    );
+}

@@ -5,12 +5,17 @@ use std::cell::RefCell;
 use futures_util::StreamExt;
 use worker::{event, Context, Env, Headers, Method, Request, RequestInit, Response};
 
+use flashgate_wire::signing::{self, Presented};
+use serde_json::json;
+
 use crate::api::{self, ApiRoute, Command, Incoming, Route, BODY_BYTES_MAX};
+use crate::auth;
 use crate::problem::Problem;
 use crate::read_cache::{CachedRead, ReadCache};
-use crate::wasm::http;
-
-const PAGE: &str = include_str!("../../web/index.html");
+use crate::reply::Reply;
+use crate::settings::Settings;
+use crate::time::rfc3339;
+use crate::wasm::{config, http};
 
 thread_local! {
     // An isolate is single-threaded: requests interleave only at awaits,
@@ -75,6 +80,13 @@ async fn read_body(req: &mut Request) -> worker::Result<Result<Vec<u8>, Problem>
     Ok(Ok(body))
 }
 
+fn html_response(body: String) -> worker::Result<Response> {
+    let headers = Headers::new();
+    headers.set("content-type", "text/html; charset=utf-8")?;
+    headers.set("cache-control", "no-cache")?;
+    Ok(Response::from_bytes(body.into_bytes())?.with_headers(headers))
+}
+
 fn static_response(body: &'static str, content_type: &str) -> worker::Result<Response> {
     let headers = Headers::new();
     headers.set("content-type", content_type)?;
@@ -82,47 +94,107 @@ fn static_response(body: &'static str, content_type: &str) -> worker::Result<Res
     Ok(Response::from_bytes(body.as_bytes().to_vec())?.with_headers(headers))
 }
 
+fn random_u64() -> u64 {
+    let hi = (worker::js_sys::Math::random() * f64::from(u32::MAX)) as u64;
+    let lo = (worker::js_sys::Math::random() * f64::from(u32::MAX)) as u64;
+    (hi << 32) | lo
+}
+
+/// `POST /api/session`: an anonymous buyer and its token, in the body and
+/// in an HttpOnly cookie, when dev sessions are on.
+fn session(settings: &Settings, secure: bool) -> worker::Result<Response> {
+    let now_ms = worker::Date::now().as_millis();
+    let s = match auth::session(settings, now_ms, random_u64()) {
+        Ok(s) => s,
+        Err(p) => return http::problem(p),
+    };
+    let body = json!({
+        "buyer_id": s.buyer_id,
+        "token": s.token,
+        "expires_at": rfc3339(s.expires_at_ms),
+        "expires_at_ms": s.expires_at_ms,
+    });
+    let mut resp = http::respond(Reply::ok(201, body))?;
+    let cookie = format!(
+        "{}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}{}",
+        auth::BUYER_COOKIE,
+        s.token,
+        auth::SESSION_TTL_S,
+        if secure { "; Secure" } else { "" }
+    );
+    resp.headers_mut().set("set-cookie", &cookie)?;
+    Ok(resp)
+}
+
 async fn handle(mut req: Request, env: &Env) -> worker::Result<Response> {
     let method = req.method().to_string();
     let path = req.path();
     let route = match api::route(&method, &path) {
         Ok(Route::Api(route)) => route,
-        Ok(Route::Page) => return static_response(PAGE, "text/html; charset=utf-8"),
+        Ok(Route::Page) => {
+            let payment_url = env
+                .var("DEMO_PAYMENT_URL")
+                .map(|v| v.to_string())
+                .unwrap_or_default();
+            return html_response(crate::page::html(&payment_url));
+        }
         Ok(Route::OpenApi) => return static_response(crate::OPENAPI_JSON, "application/json"),
+        Ok(Route::Session) => {
+            return match config::settings(env) {
+                Ok(settings) => session(&settings, req.url()?.scheme() == "https"),
+                Err(e) => http::problem(Problem::misconfigured(e.to_string())),
+            }
+        }
         Err(p) => return http::problem(p),
+    };
+    let settings = match config::settings(env) {
+        Ok(s) => s,
+        Err(e) => return http::problem(Problem::misconfigured(e.to_string())),
     };
     let body = match read_body(&mut req).await? {
         Ok(b) => b,
         Err(p) => return http::problem(p),
     };
-    let headers = req.headers();
-    let content_type = headers.get("content-type")?;
-    let buyer = headers.get("x-buyer-id")?;
-    let idempotency_key = headers.get("idempotency-key")?;
-    let authorization = headers.get("authorization")?;
-    // Only admin routes need the token; a buy request does not look it up.
-    let admin_token = if route.is_admin() {
-        env.secret("ADMIN_TOKEN")
-            .map(|s| s.to_string())
-            .unwrap_or_default()
-    } else {
-        String::new()
+    let url = req.url()?;
+    let path_and_query = match url.query() {
+        Some(q) => format!("{}?{q}", url.path()),
+        None => url.path().to_string(),
     };
+    let headers = req.headers();
+    let header = |name: &str| headers.get(name).ok().flatten();
+    let (content_type, idempotency_key, authorization, cookie) = (
+        header("content-type"),
+        header("idempotency-key"),
+        header("authorization"),
+        header("cookie"),
+    );
+    let (kid, timestamp, signature) = (
+        header(signing::KEY_ID_HEADER),
+        header(signing::TIMESTAMP_HEADER),
+        header(signing::SIGNATURE_HEADER),
+    );
     let incoming = Incoming {
+        method: &method,
+        path_and_query: &path_and_query,
         content_type: content_type.as_deref(),
-        buyer: buyer.as_deref(),
         idempotency_key: idempotency_key.as_deref(),
         authorization: authorization.as_deref(),
+        cookie: cookie.as_deref(),
+        signature: Presented {
+            kid: kid.as_deref(),
+            timestamp: timestamp.as_deref(),
+            signature: signature.as_deref(),
+        },
         body: &body,
     };
     let is_read = matches!(route, ApiRoute::GetProduct(_));
     let product_id = route.product_id().to_string();
-    let cmd = match api::parse(&incoming, route, &admin_token) {
+    let now_ms = worker::Date::now().as_millis();
+    let cmd = match api::parse(&incoming, route, &settings, now_ms) {
         Ok(c) => c,
         Err(p) => return http::problem(p),
     };
 
-    let now_ms = worker::Date::now().as_millis();
     if is_read {
         let hit = PRODUCT_CACHE.with_borrow(|c| c.get(&product_id, now_ms).map(read_response));
         if let Some(hit) = hit {

@@ -26,10 +26,12 @@ use crate::api::Command;
 use crate::delivery::{self, Attempt};
 use crate::object::{ProductObject, Settled};
 use crate::problem::Problem;
+use crate::settings::Forwarding;
 use crate::sql::SqlStore;
-use crate::wasm::http;
 use crate::wasm::sqlite::DoSql;
-use flashgate_wire::{signing, Batch};
+use crate::wasm::{config, http};
+use flashgate_wire::signing::{self, Purpose};
+use flashgate_wire::Batch;
 
 #[durable_object]
 pub struct ProductGate {
@@ -67,25 +69,16 @@ impl ProductGate {
     /// leased before, and the ack or nack is a new decision after, which the
     /// object voids if it reloaded meanwhile.
     async fn drain_outbox(&self) -> worker::Result<()> {
-        let origin = self
-            .env
-            .var("ORIGIN_URL")
-            .map(|v| v.to_string())
-            .unwrap_or_default();
-        let secret = self
-            .env
-            .secret("ORIGIN_HMAC_SECRET")
-            .map(|v| v.to_string())
-            .unwrap_or_default();
+        let settings = config::settings(&self.env).ok();
+        let forwarding = settings.as_ref().and_then(|s| s.forwarding.as_ref());
         for _ in 0..delivery::BATCHES_PER_ALARM_MAX {
             let lease = self.object.borrow_mut().lease(&mut self.store(), now_ms());
             let Some(lease) = lease.map_err(|e| worker::Error::RustError(e.0))? else {
                 return Ok(());
             };
-            let attempt = if origin.is_empty() || secret.is_empty() {
-                Attempt::NotConfigured
-            } else {
-                send(&origin, secret.as_bytes(), &lease.batch).await
+            let attempt = match forwarding {
+                None => Attempt::NotConfigured,
+                Some(f) => send(f, &lease.batch).await,
             };
             let result = delivery::classify(&lease.batch, attempt);
             let seed = (js_sys::Math::random() * u64::MAX as f64) as u64;
@@ -94,12 +87,10 @@ impl ProductGate {
                     .borrow_mut()
                     .settle(&mut self.store(), lease, result, now_ms(), seed);
             match settled.map_err(|e| worker::Error::RustError(e.0))? {
-                Settled::Acked {
-                    rejected_oversell, ..
-                } => {
-                    if rejected_oversell > 0 {
+                Settled::Acked { refused, .. } => {
+                    if refused > 0 {
                         worker::console_error!(
-                            "ProductGate: the origin refused {rejected_oversell} orders as oversell; the gate and the origin disagree on the stock"
+                            "ProductGate: the origin refused {refused} events; the gate and the origin disagree"
                         );
                     }
                 }
@@ -128,23 +119,36 @@ impl ProductGate {
     }
 }
 
+/// The origin's route for batches; the signature covers it.
+const BATCH_PATH: &str = "/v1/batches";
+
 /// Sends one signed batch and reports what happened, without judging it.
-async fn send(origin: &str, secret: &[u8], batch: &Batch) -> Attempt {
+async fn send(forwarding: &Forwarding, batch: &Batch) -> Attempt {
     let body = match serde_json::to_vec(batch) {
         Ok(b) => b,
         Err(e) => return Attempt::Encode(e.to_string()),
     };
-    let ts = now_ms();
+    let signed = signing::sign(
+        &forwarding.keys,
+        &signing::Request {
+            purpose: Purpose::Forward,
+            method: "POST",
+            path: BATCH_PATH,
+            body: &body,
+        },
+        now_ms(),
+    );
     let request = || -> worker::Result<Request> {
         let headers = Headers::new();
         headers.set("content-type", "application/json")?;
-        headers.set(signing::TIMESTAMP_HEADER, &ts.to_string())?;
-        headers.set(signing::SIGNATURE_HEADER, &signing::sign(secret, ts, &body))?;
+        for (name, value) in signed.headers() {
+            headers.set(name, &value)?;
+        }
         let mut init = RequestInit::new();
         init.with_method(Method::Post)
             .with_headers(headers)
             .with_body(Some(js_sys::Uint8Array::from(body.as_slice()).into()));
-        let url = format!("{}/v1/reservations/batch", origin.trim_end_matches('/'));
+        let url = format!("{}{BATCH_PATH}", forwarding.origin_url);
         Request::new_with_init(&url, &init)
     };
     let req = match request() {
@@ -173,7 +177,12 @@ async fn send(origin: &str, secret: &[u8], batch: &Batch) -> Attempt {
 
 impl DurableObject for ProductGate {
     fn new(state: State, env: Env) -> Self {
-        let object = Rc::new(RefCell::new(ProductObject::new()));
+        // A gate whose settings are refused answers every request with
+        // `misconfigured` (see `fetch`); its object never decides anything.
+        let id_secret = config::settings(&env)
+            .map(|s| s.id_secret.clone())
+            .unwrap_or_default();
+        let object = Rc::new(RefCell::new(ProductObject::new(&id_secret)));
         let (slot, storage) = (object.clone(), state.storage());
         // Hold every event back until the gate is rebuilt from storage. A
         // load that fails leaves the object unloaded; the next event tries
@@ -192,6 +201,9 @@ impl DurableObject for ProductGate {
     }
 
     async fn fetch(&self, mut req: Request) -> worker::Result<Response> {
+        if let Err(e) = config::settings(&self.env) {
+            return http::problem(Problem::misconfigured(e.to_string()));
+        }
         // Text and serde_json, not `req.json()`: parsing in Rust is cheaper
         // than building a JS object and converting it field by field.
         let parsed = req

@@ -15,6 +15,9 @@ pub fn respond(reply: Reply) -> worker::Result<Response> {
     if let Some(allow) = &reply.allow {
         headers.set("allow", allow)?;
     }
+    if let Some(challenge) = &reply.www_authenticate {
+        headers.set("www-authenticate", challenge)?;
+    }
     if reply.replayed {
         headers.set("idempotent-replayed", "true")?;
     }

@@ -7,7 +7,14 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { startGate } from "../support/runtime.mjs";
-import { client, pool, rng, sleep } from "../support/client.mjs";
+import { ADMIN_TOKEN, client, pool, rng, sleep } from "../support/client.mjs";
+import { PAYMENT_KEYS, signHeaders } from "../support/keys.mjs";
+
+/** A confirm request signed as the shop's payment backend signs it. */
+function signedConfirm(path, body) {
+  const headers = { "content-type": "application/json", ...signHeaders({ keys: PAYMENT_KEYS, purpose: "payment", method: "POST", path, body }) };
+  return { path, init: { method: "POST", headers, body } };
+}
 
 const SEED = Number(process.env.E2E_SEED ?? Date.now() % 1_000_000);
 const why = (msg) => `${msg} (E2E_SEED=${SEED})`;
@@ -25,10 +32,12 @@ after(async () => {
   await gate?.stop();
 });
 
-/** The state part of the stats: everything but the outcome counters. */
+/** The state part of the stats: everything but the outcome counters and
+ * the outbox's delivery attempts, which go on while no origin answers. */
 function stateOf(stats) {
-  const { counters, ...state } = stats;
-  return state;
+  const { counters, next_deadline_ms, outbox, ...state } = stats;
+  const { backlog, backlog_units, acked_seq } = outbox;
+  return { ...state, outbox: { backlog, backlog_units, acked_seq } };
 }
 
 function assertI1(s, total) {
@@ -168,7 +177,7 @@ describe("bad input", () => {
     assert.equal(good.status, 201);
     const rid = good.body.reservation_id;
     const base = `/api/products/${product}`;
-    const buyer = { "x-buyer-id": "alice" };
+    const buyer = { authorization: `Bearer ${api.tokenOf("alice")}` };
     const json = { "content-type": "application/json" };
     const key = { "idempotency-key": '"bad-input-key"' };
     const post = (path, body, headers = { ...json, ...buyer, ...key }) => ({
@@ -188,7 +197,7 @@ describe("bad input", () => {
       ["above quantity_max", post(`${base}/reservations`, '{"quantity":3}'), 422, "invalid_quantity"],
       ["missing Idempotency-Key", post(`${base}/reservations`, '{"quantity":1}', { ...json, ...buyer }), 400, "idempotency_key_missing"],
       ["over-long Idempotency-Key", post(`${base}/reservations`, '{"quantity":1}', { ...json, ...buyer, "idempotency-key": `"${"k".repeat(65)}"` }), 400, "idempotency_key_invalid"],
-      ["missing buyer", post(`${base}/reservations`, '{"quantity":1}', { ...json, ...key }), 401, "buyer_missing"],
+      ["missing buyer token", post(`${base}/reservations`, '{"quantity":1}', { ...json, ...key }), 401, "token_missing"],
       // Over the 4 KiB limit, yet small enough that the client has written
       // it all before the gate answers and closes.
       ["8 KiB body", post(`${base}/reservations`, `{"quantity":1,"pad":"${"x".repeat(8 << 10)}"}`), 413, "body_too_large"],
@@ -198,14 +207,16 @@ describe("bad input", () => {
       ["over-long product id", { path: `/api/products/${"p".repeat(65)}`, init: {} }, 400, "invalid_product_id"],
       ["bad product id charset", { path: "/api/products/a%20b", init: {} }, 400, "invalid_product_id"],
       ["unknown product", post(`/api/products/no-such-product/reservations`, '{"quantity":1}'), 404, "unknown_product"],
-      ["unknown reservation", post(`${base}/reservations/999999/confirm`, '{"payment_ref":"p"}', { ...json, ...buyer }), 404, "unknown_reservation"],
+      ["unknown reservation", { path: `${base}/reservations/0123456789abcdef/cancel`, init: { method: "POST", headers: buyer } }, 404, "unknown_reservation"],
       ["malformed reservation id", { path: `${base}/reservations/abc`, init: { headers: buyer } }, 404, "unknown_reservation"],
-      ["another buyer's reservation", post(`${base}/reservations/${rid}/cancel`, "", { "x-buyer-id": "mallory" }), 404, "unknown_reservation"],
-      ["empty payment_ref", post(`${base}/reservations/${rid}/confirm`, '{"payment_ref":""}', { ...json, ...buyer }), 422, "invalid_body"],
+      ["another buyer's reservation", post(`${base}/reservations/${rid}/cancel`, "", { authorization: `Bearer ${api.tokenOf("mallory")}` }), 404, "unknown_reservation"],
+      ["empty payment_ref", signedConfirm(`${base}/reservations/${rid}/confirm`, '{"buyer_id":"alice","payment_ref":""}'), 422, "invalid_body"],
+      ["confirm without buyer_id", signedConfirm(`${base}/reservations/${rid}/confirm`, '{"payment_ref":"p"}'), 422, "invalid_body"],
+      ["unsigned confirm", post(`${base}/reservations/${rid}/confirm`, '{"buyer_id":"alice","payment_ref":"p"}', { ...json, ...buyer }), 401, "bad_signature"],
       ["missing admin token", { path: `/admin/products/${product}/stats`, init: {} }, 401, "unauthorized"],
       ["wrong admin token", { path: `/admin/products/${product}`, init: { method: "PUT", headers: { ...json, authorization: "Bearer nope" }, body: '{"stock_total":1}' } }, 401, "unauthorized"],
-      ["total below committed", { path: `/admin/products/${product}`, init: { method: "PUT", headers: { ...json, authorization: "Bearer test-admin-token" }, body: '{"stock_total":0}' } }, 409, "below_committed"],
-      ["admin wrong type", { path: `/admin/products/${product}`, init: { method: "PUT", headers: { ...json, authorization: "Bearer test-admin-token" }, body: '{"stock_total":"lots"}' } }, 422, "invalid_body"],
+      ["total below committed", { path: `/admin/products/${product}`, init: { method: "PUT", headers: { ...json, authorization: `Bearer ${ADMIN_TOKEN}` }, body: '{"stock_total":0}' } }, 409, "below_committed"],
+      ["admin wrong type", { path: `/admin/products/${product}`, init: { method: "PUT", headers: { ...json, authorization: `Bearer ${ADMIN_TOKEN}` }, body: '{"stock_total":"lots"}' } }, 422, "invalid_body"],
     ];
     const before = stateOf((await api.stats(product)).body);
     for (const [name, req, status, code] of cases) {

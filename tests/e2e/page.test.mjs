@@ -6,14 +6,20 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
-import { startGate } from "../support/runtime.mjs";
+import { freePort, startGate } from "../support/runtime.mjs";
+import { startOrigin } from "../support/origin.mjs";
 import { client } from "../support/client.mjs";
 
 let gate;
+let origin;
 let browser;
 
 before(async () => {
-  gate = await startGate();
+  // The page pays through the origin's demo payment endpoint, which
+  // confirms at the gate: each must know the other.
+  const gatePort = await freePort();
+  origin = await startOrigin({ gateUrl: `http://127.0.0.1:${gatePort}` });
+  gate = await startGate({ port: gatePort, originUrl: origin.url, demoPaymentUrl: origin.url });
   browser = await chromium.launch({
     executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
     args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run"],
@@ -23,6 +29,7 @@ before(async () => {
 after(async () => {
   await browser?.close();
   await gate?.stop();
+  await origin?.stop();
 });
 
 test("a buyer reserves, the button is disabled in flight, pays; the next buyer sees sold out", async () => {

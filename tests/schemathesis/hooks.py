@@ -1,8 +1,14 @@
 """Schemathesis hooks for flashgate (loaded through SCHEMATHESIS_HOOKS).
 
-- Requests to the origin's signed routes are signed as the gate signs them
-  (FLASHGATE_SIGNING_SECRET), so schemathesis reaches their logic instead of
-  their 401.
+- Credentials, by the operation's security scheme in openapi.yaml: the
+  bearer tokens in FLASHGATE_CREDENTIALS (JSON, scheme name -> token) are
+  sent as `Authorization: Bearer`, and requests to signed operations are
+  signed as the shop's payment backend (`paymentSignature`, with
+  FLASHGATE_PAYMENT_KEYS) or the gate's outbox (`forwardSignature`, with
+  FLASHGATE_FORWARD_KEYS) sign them: flashgate-v2 over the purpose, key id,
+  timestamp, method, path and body digest. So schemathesis reaches each
+  route's logic, not only its 401. A scheme with no credential given is
+  left alone, and is refused.
 - The check `refusal_changes_nothing` reads the state of the product
   FLASHGATE_GUARD_PRODUCT before and after every request to it, and fails if
   a refused request (4xx) changed it. The state is the stats without the
@@ -21,13 +27,55 @@ import time
 import requests
 import schemathesis
 
-SECRET = os.environ.get("FLASHGATE_SIGNING_SECRET", "").encode()
-SIGNED = {("POST", "/v1/reservations/batch"), ("PUT", "/v1/products/{id}")}
+CREDENTIALS = json.loads(os.environ.get("FLASHGATE_CREDENTIALS") or "{}")
+SIGNERS = {
+    "paymentSignature": ("payment", os.environ.get("FLASHGATE_PAYMENT_KEYS", "")),
+    "forwardSignature": ("forward", os.environ.get("FLASHGATE_FORWARD_KEYS", "")),
+}
 GATE = os.environ.get("FLASHGATE_GATE_URL", "")
 GUARD = os.environ.get("FLASHGATE_GUARD_PRODUCT", "")
 ADMIN = os.environ.get("FLASHGATE_ADMIN_TOKEN", "")
 
 _before = {}
+
+
+def _signing_key(key_set, now_ms):
+    """The key a signer uses: the newest active one (see wire/src/keys.rs)."""
+    keys = []
+    for entry in key_set.split(","):
+        head, secret = entry.strip().split(":", 1)
+        kid, _, activate = head.partition("@")
+        keys.append((int(activate or 0), kid, secret))
+    active = [k for k in keys if k[0] <= now_ms]
+    _, kid, secret = max(active) if active else min(keys)
+    return kid, secret.encode()
+
+
+def _body_bytes(case):
+    """The bytes the requests transport sends for the case's body."""
+    plain = (dict, list, str, int, float, bool)
+    if isinstance(case.body, plain):
+        return json.dumps(case.body).encode("utf-8")
+    if isinstance(case.body, bytes):
+        return case.body
+    return b""
+
+
+def _sign(case, purpose, key_set):
+    now_ms = int(time.time() * 1000)
+    kid, secret = _signing_key(key_set, now_ms)
+    digest = hashlib.sha256(_body_bytes(case)).hexdigest()
+    fields = ["flashgate-v2", purpose, kid, str(now_ms), case.method.upper(), case.formatted_path, digest]
+    canonical = "".join(f"{f}\n" for f in fields).encode()
+    mac = hmac.new(secret, canonical, hashlib.sha256).hexdigest()
+    case.headers["X-Flashgate-Key-Id"] = kid
+    case.headers["X-Flashgate-Timestamp"] = str(now_ms)
+    case.headers["X-Flashgate-Signature"] = f"v2={mac}"
+
+
+def _schemes(case):
+    security = case.operation.definition.raw.get("security") or []
+    return [name for requirement in security for name in requirement]
 
 
 def _guard_state():
@@ -40,7 +88,7 @@ def _guard_state():
     stats = r.json()
     stats.pop("counters", None)
     outbox = stats.get("outbox", {})
-    for telemetry in ("last_error", "last_success_ms", "rejected_oversell"):
+    for telemetry in ("last_error", "last_success_ms", "refused"):
         outbox.pop(telemetry, None)
     return stats
 
@@ -53,17 +101,21 @@ def _touches_guard(case):
 def before_call(ctx, case, **kwargs):
     if _touches_guard(case):
         _before[id(case)] = _guard_state()
-    if not SECRET or (case.method.upper(), case.path) not in SIGNED:
-        return
-    # The bytes the requests transport sends for a JSON body.
-    plain = (dict, list, str, int, float, bool)
-    body = json.dumps(case.body).encode("utf-8") if isinstance(case.body, plain) else b""
-    ts = str(int(time.time() * 1000))
-    mac = hmac.new(SECRET, ts.encode() + b"." + body, hashlib.sha256).hexdigest()
     if case.headers is None:
         case.headers = {}
-    case.headers["X-Flashgate-Timestamp"] = ts
-    case.headers["X-Flashgate-Signature"] = f"v1={mac}"
+    for scheme in _schemes(case):
+        if scheme in CREDENTIALS:
+            # Replaces the placeholder schemathesis sends for a bearer
+            # scheme it has no credential for; the refusals of bad
+            # credentials are tested by tests/e2e/trust.test.mjs.
+            for name in [k for k in case.headers if k.lower() == "authorization"]:
+                del case.headers[name]
+            case.headers["Authorization"] = f"Bearer {CREDENTIALS[scheme]}"
+            break
+        purpose, key_set = SIGNERS.get(scheme, (None, ""))
+        if purpose and key_set:
+            _sign(case, purpose, key_set)
+            break
 
 
 @schemathesis.check

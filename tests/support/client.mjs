@@ -1,53 +1,59 @@
 // A small HTTP client for the gate's API, used by the tests and benchmarks.
+// Buyers prove themselves with tokens minted as the shop would mint them;
+// confirmations are signed as the shop's payment backend signs them.
 import { randomUUID } from "node:crypto";
+import { ADMIN_TOKEN, PAYMENT_KEYS, buyerToken, signHeaders } from "./keys.mjs";
 
-export const ADMIN_TOKEN = "test-admin-token";
+export { ADMIN_TOKEN };
+
+export async function json(r) {
+  const text = await r.text();
+  let body = null;
+  try {
+    body = text ? JSON.parse(text) : null;
+  } catch {
+    body = { unparsed: text };
+  }
+  return { status: r.status, headers: r.headers, body };
+}
 
 export function client(base, adminToken = ADMIN_TOKEN) {
-  const json = async (r) => {
-    const text = await r.text();
-    let body = null;
-    try {
-      body = text ? JSON.parse(text) : null;
-    } catch {
-      body = { unparsed: text };
-    }
-    return { status: r.status, headers: r.headers, body };
-  };
   const admin = { "content-type": "application/json", authorization: `Bearer ${adminToken}` };
-  const buyerHeaders = (buyer, key) => ({
-    "content-type": "application/json",
-    "x-buyer-id": buyer,
-    ...(key === undefined ? {} : { "idempotency-key": `"${key}"` }),
-  });
+  // One token per buyer per client, as a browser keeps its session.
+  const tokens = new Map();
+  const tokenOf = (buyer) => {
+    if (!tokens.has(buyer)) tokens.set(buyer, buyerToken(buyer));
+    return tokens.get(buyer);
+  };
+  const asBuyer = (buyer, extra = {}) => ({ authorization: `Bearer ${tokenOf(buyer)}`, ...extra });
+  const base_ = (product) => `${base}/api/products/${product}`;
   return {
     base,
+    tokenOf,
     raw: (path, init) => fetch(base + path, init).then(json),
     put: (product, settings) =>
       fetch(`${base}/admin/products/${product}`, { method: "PUT", headers: admin, body: JSON.stringify(settings) }).then(json),
     restock: (product, units) =>
       fetch(`${base}/admin/products/${product}/restock`, { method: "POST", headers: admin, body: JSON.stringify({ units }) }).then(json),
+    void: (product, rid) => fetch(`${base}/admin/products/${product}/reservations/${rid}/void`, { method: "POST", headers: admin }).then(json),
     stats: (product) => fetch(`${base}/admin/products/${product}/stats`, { headers: admin }).then(json),
-    product: (product) => fetch(`${base}/api/products/${product}`).then(json),
+    product: (product) => fetch(base_(product)).then(json),
+    session: () => fetch(`${base}/api/session`, { method: "POST" }).then(json),
     reserve: (product, buyer, quantity, key = randomUUID()) =>
-      fetch(`${base}/api/products/${product}/reservations`, {
+      fetch(`${base_(product)}/reservations`, {
         method: "POST",
-        headers: buyerHeaders(buyer, key),
+        headers: asBuyer(buyer, { "content-type": "application/json", "idempotency-key": `"${key}"` }),
         body: JSON.stringify({ quantity }),
       }).then(json),
-    reservation: (product, buyer, rid) =>
-      fetch(`${base}/api/products/${product}/reservations/${rid}`, { headers: { "x-buyer-id": buyer } }).then(json),
-    confirm: (product, buyer, rid, payment_ref = `pay-${rid}`) =>
-      fetch(`${base}/api/products/${product}/reservations/${rid}/confirm`, {
-        method: "POST",
-        headers: buyerHeaders(buyer),
-        body: JSON.stringify({ payment_ref }),
-      }).then(json),
-    cancel: (product, buyer, rid) =>
-      fetch(`${base}/api/products/${product}/reservations/${rid}/cancel`, {
-        method: "POST",
-        headers: buyerHeaders(buyer),
-      }).then(json),
+    reservation: (product, buyer, rid) => fetch(`${base_(product)}/reservations/${rid}`, { headers: asBuyer(buyer) }).then(json),
+    /** A confirmation from the shop's payment backend, signed. */
+    confirm: (product, buyer, rid, payment_ref = `pay-${rid}`, { keys = PAYMENT_KEYS } = {}) => {
+      const path = `/api/products/${product}/reservations/${rid}/confirm`;
+      const body = JSON.stringify({ buyer_id: buyer, payment_ref });
+      const headers = { "content-type": "application/json", ...signHeaders({ keys, purpose: "payment", method: "POST", path, body }) };
+      return fetch(base + path, { method: "POST", headers, body }).then(json);
+    },
+    cancel: (product, buyer, rid) => fetch(`${base_(product)}/reservations/${rid}/cancel`, { method: "POST", headers: asBuyer(buyer) }).then(json),
   };
 }
 

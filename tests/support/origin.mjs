@@ -1,13 +1,13 @@
 // Starts the origin service binary (built by scripts/test) on a given or free
 // port, with SQLite in a data dir.
-import { spawn, execFileSync } from "node:child_process";
+import { spawn, execFile, execFileSync } from "node:child_process";
 import http from "node:http";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freePort, ROOT } from "./runtime.mjs";
 
-export const ORIGIN_SECRET = "test-origin-secret";
+import * as keys from "./keys.mjs";
 
 /**
  * The origin binary: FLASHGATE_ORIGIN_BIN, or the one cargo built in the
@@ -20,22 +20,41 @@ export function originBin() {
   return join(meta.target_directory, process.env.FLASHGATE_ORIGIN_PROFILE ?? "debug", "flashgate-origin");
 }
 
-export async function startOrigin({ port, dataDir, databaseUrl } = {}) {
-  port ??= await freePort();
-  dataDir ??= mkdtempSync(join(tmpdir(), "flashgate-origin-"));
-  const env = {
+/** The origin's settings in the tests; `env` overrides or adds. */
+export function originEnv({ port, dataDir, gateUrl, forwardKeys = keys.FORWARD_KEYS, env = {} }) {
+  const out = {
     ...process.env,
-    ORIGIN_HMAC_SECRET: ORIGIN_SECRET,
+    FORWARD_KEYS: forwardKeys,
+    ORIGIN_READ_TOKENS: `r1:${keys.READ_TOKEN}`,
+    ORIGIN_SHOP_TOKENS: `s1:${keys.SHOP_TOKEN}`,
+    BUYER_TOKEN_KEYS: keys.BUYER_TOKEN_KEYS,
     FLASHGATE_DATA_DIR: dataDir,
     FLASHGATE_ORIGIN_LISTEN: `127.0.0.1:${port}`,
     RUST_LOG: process.env.RUST_LOG ?? "warn",
+    ...env,
   };
+  if (gateUrl) {
+    Object.assign(out, {
+      FLASHGATE_DEMO_PAYMENTS: "true",
+      PAYMENT_KEYS: keys.PAYMENT_KEYS,
+      FLASHGATE_GATE_URL: gateUrl,
+      FLASHGATE_DEMO_ALLOW_ORIGIN: gateUrl,
+    });
+  }
+  return out;
+}
+
+export async function startOrigin({ port, dataDir, databaseUrl, gateUrl, forwardKeys, env: extra } = {}) {
+  port ??= await freePort();
+  dataDir ??= mkdtempSync(join(tmpdir(), "flashgate-origin-"));
+  const env = originEnv({ port, dataDir, gateUrl, forwardKeys, env: extra });
   if (databaseUrl) env.DATABASE_URL = databaseUrl;
   else delete env.DATABASE_URL;
   const proc = spawn(originBin(), ["serve"], { env, stdio: ["ignore", "ignore", "pipe"] });
   let stderr = "";
   proc.stderr.on("data", (d) => (stderr += d));
   const url = `http://127.0.0.1:${port}`;
+  const read = { authorization: `Bearer ${keys.READ_TOKEN}` };
   for (let i = 0; ; i++) {
     if (proc.exitCode !== null) throw new Error(`origin exited ${proc.exitCode}: ${stderr}`);
     try {
@@ -62,37 +81,37 @@ export async function startOrigin({ port, dataDir, databaseUrl } = {}) {
       for (;;) {
         const q = new URLSearchParams({ limit: "1000", after: String(after) });
         if (productId) q.set("product_id", productId);
-        const page = await (await fetch(`${url}/v1/orders?${q}`)).json();
+        const page = await (await fetch(`${url}/v1/orders?${q}`, { headers: read })).json();
         all.push(...page.orders);
         if (page.next_after === null) return all;
         after = page.next_after;
       }
     },
     async product(id) {
-      const r = await fetch(`${url}/v1/products/${id}`);
+      const r = await fetch(`${url}/v1/products/${id}`, { headers: read });
       return r.ok ? r.json() : null;
     },
     async metrics() {
-      return (await fetch(`${url}/metrics`)).text();
+      return (await fetch(`${url}/metrics`, { headers: read })).text();
     },
   };
 }
 
-/** Runs `flashgate-origin reconcile` and returns its report lines and exit code. */
-export function reconcile({ dataDir, gateUrl, adminToken, products = [] }) {
-  const args = ["reconcile", "--gate-url", gateUrl, ...products.flatMap((p) => ["--product", p])];
+/**
+ * Runs `flashgate-origin reconcile` and resolves to its report lines and
+ * exit code. Asynchronous, so that servers in this process (a TLS proxy)
+ * keep answering while it runs.
+ */
+export function reconcile({ dataDir, gateUrl, adminToken = keys.ADMIN_TOKEN, products = [], args: extra = [] }) {
+  const args = ["reconcile", "--gate-url", gateUrl, ...extra, ...products.flatMap((p) => ["--product", p])];
   const env = { ...process.env, FLASHGATE_DATA_DIR: dataDir, ADMIN_TOKEN: adminToken };
   delete env.DATABASE_URL;
-  let out;
-  let code = 0;
-  try {
-    out = execFileSync(originBin(), args, { env, encoding: "utf8" });
-  } catch (e) {
-    out = e.stdout;
-    code = e.status;
-  }
-  const lines = out.trim().split("\n").map((l) => JSON.parse(l));
-  return { code, products: lines.slice(0, -1), summary: lines.at(-1) };
+  return new Promise((ok) => {
+    execFile(originBin(), args, { env, encoding: "utf8" }, (e, out, err) => {
+      const lines = out.trim() ? out.trim().split("\n").map((l) => JSON.parse(l)) : [];
+      ok({ code: e ? e.code : 0, products: lines.slice(0, -1), summary: lines.at(-1), stderr: err });
+    });
+  });
 }
 
 /**
@@ -116,7 +135,7 @@ export async function startAnswerLosingProxy(originUrl, { lose }) {
           const body = [];
           ures.on("data", (c) => body.push(c));
           ures.on("end", () => {
-            const isBatch = req.method === "POST" && req.url === "/v1/reservations/batch";
+            const isBatch = req.method === "POST" && req.url === "/v1/batches";
             if (isBatch && ures.statusCode === 200 && left > 0) {
               left--;
               lost++;

@@ -7,6 +7,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import * as keys from "./keys.mjs";
 
 export const ROOT = resolve(fileURLToPath(import.meta.url), "../../..");
 export const WORKERD = join(ROOT, "node_modules/.bin/workerd");
@@ -29,7 +30,7 @@ function capnpString(s) {
 }
 
 /** Writes the workerd config for the gate and returns its path. */
-export function writeConfig({ dir, stateDir, port, adminToken, originUrl = "", originSecret = "" }) {
+export function writeConfig({ dir, stateDir, port, vars }) {
   // Embedded paths are relative to the config file, so the build is copied
   // beside it; a rebuild during a run then cannot change a running gate.
   for (const f of ["index.js", "index_bg.wasm"]) copyFileSync(join(ROOT, "build", f), join(dir, f));
@@ -55,9 +56,9 @@ const gate :Workerd.Worker = (
   globalOutbound = "internet",
   bindings = [
     (name = "PRODUCT_GATE", durableObjectNamespace = "ProductGate"),
-    (name = "ADMIN_TOKEN", text = ${capnpString(adminToken)}),
-    (name = "ORIGIN_URL", text = ${capnpString(originUrl)}),
-    (name = "ORIGIN_HMAC_SECRET", text = ${capnpString(originSecret)}),
+${Object.entries(vars)
+  .map(([k, v]) => `    (name = ${capnpString(k)}, text = ${capnpString(v)}),`)
+  .join("\n")}
   ],
 );
 `;
@@ -66,16 +67,31 @@ const gate :Workerd.Worker = (
   return path;
 }
 
+/** The gate's settings in the tests: every secret, dev sessions on. */
+export function gateVars({ originUrl = "", demoPaymentUrl = "", overrides = {} } = {}) {
+  return {
+    ADMIN_TOKENS: keys.ADMIN_TOKENS,
+    BUYER_TOKEN_KEYS: keys.BUYER_TOKEN_KEYS,
+    PAYMENT_KEYS: keys.PAYMENT_KEYS,
+    ID_SECRET: keys.ID_SECRET,
+    FORWARD_KEYS: keys.FORWARD_KEYS,
+    ORIGIN_URL: originUrl,
+    DEV_SESSIONS: "on",
+    DEMO_PAYMENT_URL: demoPaymentUrl,
+    ...overrides,
+  };
+}
+
 /**
  * Starts workerd and waits until it answers. Returns { url, proc, stop, kill }.
  * `stateDir` may be reused across starts to test durability.
  */
-export async function startGate({ stateDir, port, adminToken = "test-admin-token", originUrl = "", originSecret = "", quiet = true } = {}) {
+export async function startGate({ stateDir, port, originUrl = "", demoPaymentUrl = "", vars, quiet = true } = {}) {
   const dir = mkdtempSync(join(tmpdir(), "flashgate-workerd-"));
   stateDir ??= join(dir, "state");
   mkdirSync(stateDir, { recursive: true });
   port ??= await freePort();
-  const config = writeConfig({ dir, stateDir, port, adminToken, originUrl, originSecret });
+  const config = writeConfig({ dir, stateDir, port, vars: vars ?? gateVars({ originUrl, demoPaymentUrl }) });
   const started = Date.now();
   const proc = spawn(WORKERD, ["serve", config, "--experimental"], {
     stdio: ["ignore", quiet ? "ignore" : "inherit", "pipe"],

@@ -1,0 +1,160 @@
+//! The gate's configuration: its secrets and switches, read from the
+//! Worker's environment (`wrangler.toml` vars and secrets). Pure: the shell
+//! hands in a getter, so every rule is tested natively. A gate whose
+//! settings are refused serves no API request (500 `misconfigured`), which
+//! is how a secret that is too short is refused at start-up: the Workers
+//! runtime has no start-up hook of its own.
+
+use flashgate_wire::keys::{KeySet, KEY_BYTES_MIN};
+
+/// The audience buyer tokens must name unless `BUYER_TOKEN_AUDIENCE` says
+/// otherwise.
+pub const DEFAULT_AUDIENCE: &str = "flashgate";
+
+/// Who may do what at the gate, and with which keys it proves it.
+pub struct Settings {
+    /// `BUYER_TOKEN_KEYS`: verifies buyer tokens (and signs the dev
+    /// sessions' tokens).
+    pub buyer_keys: KeySet,
+    /// `BUYER_TOKEN_AUDIENCE`: the `aud` every buyer token must carry.
+    pub audience: String,
+    /// `PAYMENT_KEYS`: verifies the shop's signed confirmations.
+    pub payment_keys: KeySet,
+    /// `ADMIN_TOKENS`: the admin's bearer tokens, with ids for rotation.
+    pub admin_tokens: KeySet,
+    /// `ID_SECRET`: keys the permutation that makes reservation ids opaque.
+    pub id_secret: Vec<u8>,
+    /// `DEV_SESSIONS=on`: `POST /api/session` mints anonymous buyer tokens.
+    /// Off unless set; `scripts/dev` and the tests set it.
+    pub dev_sessions: bool,
+    /// `ORIGIN_URL` and `FORWARD_KEYS`: where the outbox is delivered and
+    /// the keys its batches are signed with. `None` keeps the outbox
+    /// waiting, with backoff, until an origin is configured.
+    pub forwarding: Option<Forwarding>,
+}
+
+pub struct Forwarding {
+    pub origin_url: String,
+    pub keys: KeySet,
+}
+
+/// A setting the gate refuses, named, with the reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SettingsError {
+    pub var: &'static str,
+    pub why: String,
+}
+
+impl std::fmt::Display for SettingsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.var, self.why)
+    }
+}
+
+fn key_set(
+    get: &impl Fn(&str) -> Option<String>,
+    var: &'static str,
+) -> Result<KeySet, SettingsError> {
+    let text = get(var)
+        .filter(|t| !t.trim().is_empty())
+        .ok_or(SettingsError {
+            var,
+            why: "is not set".into(),
+        })?;
+    KeySet::parse(&text).map_err(|e| SettingsError {
+        var,
+        why: e.to_string(),
+    })
+}
+
+impl Settings {
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Settings, SettingsError> {
+        let id_secret = get("ID_SECRET").unwrap_or_default().into_bytes();
+        if id_secret.len() < KEY_BYTES_MIN {
+            return Err(SettingsError {
+                var: "ID_SECRET",
+                why: format!("must be at least {KEY_BYTES_MIN} bytes"),
+            });
+        }
+        let origin_url = get("ORIGIN_URL").filter(|u| !u.trim().is_empty());
+        let forwarding = match origin_url {
+            None => None,
+            Some(origin_url) => Some(Forwarding {
+                origin_url: origin_url.trim_end_matches('/').to_string(),
+                keys: key_set(&get, "FORWARD_KEYS")?,
+            }),
+        };
+        Ok(Settings {
+            buyer_keys: key_set(&get, "BUYER_TOKEN_KEYS")?,
+            audience: get("BUYER_TOKEN_AUDIENCE")
+                .filter(|a| !a.is_empty())
+                .unwrap_or_else(|| DEFAULT_AUDIENCE.into()),
+            payment_keys: key_set(&get, "PAYMENT_KEYS")?,
+            admin_tokens: key_set(&get, "ADMIN_TOKENS")?,
+            id_secret,
+            dev_sessions: get("DEV_SESSIONS").is_some_and(|v| v == "on"),
+            forwarding,
+        })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    pub const BUYER_KEYS: &str = "b1:buyer-token-key-0123456789abcdef0123";
+    pub const PAYMENT_KEYS: &str = "p1:payment-key-0123456789abcdef01234567";
+    pub const ADMIN_TOKENS: &str = "a1:admin-token-0123456789abcdef01234567";
+    pub const ADMIN_TOKEN: &str = "admin-token-0123456789abcdef01234567";
+    pub const ID_SECRET: &str = "id-secret-0123456789abcdef0123456789";
+
+    pub fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let mut map: HashMap<String, String> = [
+            ("BUYER_TOKEN_KEYS", BUYER_KEYS),
+            ("PAYMENT_KEYS", PAYMENT_KEYS),
+            ("ADMIN_TOKENS", ADMIN_TOKENS),
+            ("ID_SECRET", ID_SECRET),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        for (k, v) in pairs {
+            map.insert(k.to_string(), v.to_string());
+        }
+        move |k: &str| map.get(k).cloned()
+    }
+
+    pub fn settings() -> Settings {
+        Settings::from_env(env(&[("DEV_SESSIONS", "on")])).unwrap()
+    }
+
+    #[test]
+    fn every_secret_is_required_and_long_enough() {
+        assert!(settings().dev_sessions);
+        assert!(settings().forwarding.is_none());
+        assert!(!Settings::from_env(env(&[])).unwrap().dev_sessions);
+        let refused = [
+            ("BUYER_TOKEN_KEYS", "", "is not set"),
+            ("PAYMENT_KEYS", "p1:short", "shorter than 32 bytes"),
+            ("ADMIN_TOKENS", "no-colon", "is not kid:secret"),
+            ("ID_SECRET", "short", "at least 32 bytes"),
+        ];
+        for (var, value, why) in refused {
+            let err = Settings::from_env(env(&[(var, value)])).err().unwrap();
+            assert_eq!(err.var, var);
+            assert!(err.why.contains(why), "{err}");
+        }
+        // An origin needs its forwarding keys.
+        let err = Settings::from_env(env(&[("ORIGIN_URL", "http://o")]))
+            .err()
+            .unwrap();
+        assert_eq!(err.var, "FORWARD_KEYS");
+        let s = Settings::from_env(env(&[
+            ("ORIGIN_URL", "http://o/"),
+            ("FORWARD_KEYS", "f1:forward-key-0123456789abcdef0123456"),
+        ]))
+        .unwrap();
+        assert_eq!(s.forwarding.unwrap().origin_url, "http://o");
+    }
+}

@@ -1,0 +1,52 @@
+// The test deployment's secrets, and the two things the tests do with them
+// that the shop would: mint buyer tokens (JWT, HS256) and sign payment
+// confirmations (flashgate-v2 signatures). Independent of the Rust code, so
+// the end-to-end tests check the wire formats against a second
+// implementation.
+import { createHash, createHmac } from "node:crypto";
+
+export const ADMIN_TOKEN = "test-admin-token-0123456789abcdef0123456";
+export const ADMIN_TOKENS = `a1:${ADMIN_TOKEN}`;
+export const BUYER_TOKEN_KEYS = "b1:test-buyer-key-0123456789abcdef01234567";
+export const PAYMENT_KEYS = "p1:test-payment-key-0123456789abcdef0123456";
+export const FORWARD_KEYS = "f1:test-forward-key-0123456789abcdef0123456";
+export const ID_SECRET = "test-id-secret-0123456789abcdef0123456789";
+export const READ_TOKEN = "test-read-token-0123456789abcdef01234567";
+export const SHOP_TOKEN = "test-shop-token-0123456789abcdef01234567";
+export const AUDIENCE = "flashgate";
+
+/** The keys of a `kid:secret,kid@activate_ms:secret,...` set. */
+export function parseKeys(set) {
+  return set.split(",").map((entry) => {
+    const at = entry.indexOf(":");
+    const [kid, activate] = entry.slice(0, at).split("@");
+    return { kid, activateMs: Number(activate ?? 0), secret: entry.slice(at + 1) };
+  });
+}
+
+/** The key a signer uses at `nowMs`: the active key that activated last. */
+export function firstKey(set, nowMs = Date.now()) {
+  const keys = parseKeys(set);
+  const active = keys.filter((k) => k.activateMs <= nowMs).sort((a, b) => b.activateMs - a.activateMs);
+  return active[0] ?? keys.sort((a, b) => a.activateMs - b.activateMs)[0];
+}
+
+const b64url = (buf) => Buffer.from(buf).toString("base64url");
+
+/** A buyer token as a shop's login would mint it. `claims` overrides. */
+export function buyerToken(sub, { keys = BUYER_TOKEN_KEYS, header = {}, claims = {}, nowS = Math.floor(Date.now() / 1000) } = {}) {
+  const { kid, secret } = firstKey(keys, nowS * 1000);
+  const h = b64url(JSON.stringify({ alg: "HS256", typ: "JWT", kid, ...header }));
+  const c = b64url(JSON.stringify({ sub, aud: AUDIENCE, iat: nowS, exp: nowS + 600, ...claims }));
+  const sig = b64url(createHmac("sha256", secret).update(`${h}.${c}`).digest());
+  return `${h}.${c}.${sig}`;
+}
+
+/** The signature headers of a request, as flashgate-v2 defines them. */
+export function signHeaders({ keys, purpose, method, path, body, nowMs = Date.now() }) {
+  const { kid, secret } = firstKey(keys, nowMs);
+  const digest = createHash("sha256").update(body ?? "").digest("hex");
+  const canonical = ["flashgate-v2", purpose, kid, String(nowMs), method.toUpperCase(), path, digest].map((f) => `${f}\n`).join("");
+  const sig = createHmac("sha256", secret).update(canonical).digest("hex");
+  return { "x-flashgate-key-id": kid, "x-flashgate-timestamp": String(nowMs), "x-flashgate-signature": `v2=${sig}` };
+}
