@@ -7,7 +7,8 @@
 //   BENCH_SECONDS=5 BENCH_RUNS=3 BENCH_CONNECTIONS=64 node bench/edge.mjs
 //
 // Figures: reserve throughput and p50/p99 latency (every request a fresh
-// buyer and key, so every one is a durable write), sold-out refusals, the
+// buyer with its own signed token, verified at the edge, and a fresh key, so
+// every one is a durable write), sold-out refusals, the
 // ceiling's /each (one durable put per request) and /hop, the ratio, the
 // wasm size raw and gzipped, cold start, and workerd's peak memory.
 import { spawn } from "node:child_process";
@@ -17,6 +18,7 @@ import { join } from "node:path";
 import { gzipSync } from "node:zlib";
 import { freePort, ROOT, startGate, WORKERD } from "../tests/support/runtime.mjs";
 import { client } from "../tests/support/client.mjs";
+import { buyerToken } from "../tests/support/keys.mjs";
 import { load, median } from "./load.mjs";
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -104,7 +106,7 @@ async function main() {
         request: (n) => ({
           method: "POST",
           path: `/api/products/${product}/reservations`,
-          headers: { "content-type": "application/json", "x-buyer-id": `b${run}-${n}`, "idempotency-key": `"k${run}-${n}"` },
+          headers: { "content-type": "application/json", authorization: `Bearer ${buyerToken(`b${run}-${n}`)}`, "idempotency-key": `"k${run}-${n}"` },
           body: '{"quantity":1}',
         }),
       });
@@ -123,7 +125,7 @@ async function main() {
           request: (n) => ({
             method: "POST",
             path: `/api/products/${sold}/reservations`,
-            headers: { "content-type": "application/json", "x-buyer-id": `s${n}`, "idempotency-key": `"s${i}-${n}"` },
+            headers: { "content-type": "application/json", authorization: `Bearer ${buyerToken(`s${i}-${n}`)}`, "idempotency-key": `"s${i}-${n}"` },
             body: '{"quantity":1}',
           }),
         }),

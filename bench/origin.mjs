@@ -6,54 +6,127 @@
 // 1. Ingest throughput in orders/s at batch sizes 1, 50 and 500, on SQLite
 //    and on PostgreSQL (a fresh database on the machine's server), with 4
 //    concurrent senders, median of BENCH_RUNS runs.
-// 2. The time a backlog of BENCH_BACKLOG (10,000) confirmed orders takes to
+// 2. Ingest latency under a read flood: batches of 50 orders from one
+//    sender, p50 and p99, alone and while 48 clients read orders and
+//    products as fast as the origin lets them, on SQLite; the ratio of the
+//    two (the target is within 2x).
+// 3. The time a backlog of BENCH_BACKLOG (10,000) confirmed orders takes to
 //    drain from a gate's outbox into the origin, once the origin is up.
-import { createHmac } from "node:crypto";
 import { execFileSync } from "node:child_process";
-import { startOrigin, ORIGIN_SECRET } from "../tests/support/origin.mjs";
+import http from "node:http";
+import { startOrigin } from "../tests/support/origin.mjs";
 import { freePort, startGate } from "../tests/support/runtime.mjs";
 import { client, pool, sleep } from "../tests/support/client.mjs";
+import { FORWARD_KEYS, READ_TOKEN, signHeaders } from "../tests/support/keys.mjs";
 import { median } from "./load.mjs";
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 3);
 const BACKLOG = Number(process.env.BENCH_BACKLOG ?? 10_000);
 const PG = process.env.FLASHGATE_TEST_PG ?? "postgres://root@127.0.0.1:5432/test";
 
-function sign(ts, body) {
-  return "v1=" + createHmac("sha256", ORIGIN_SECRET).update(`${ts}.${body}`).digest("hex");
-}
-
+/** Posts one batch as the gate's outbox does; resolves to its latency in ms. */
 async function post(url, body) {
-  const ts = Date.now();
-  const r = await fetch(`${url}/v1/reservations/batch`, {
-    method: "POST",
-    headers: { "content-type": "application/json", "x-flashgate-timestamp": String(ts), "x-flashgate-signature": sign(ts, body) },
-    body,
-  });
+  const path = "/v1/batches";
+  const headers = { "content-type": "application/json", ...signHeaders({ keys: FORWARD_KEYS, purpose: "forward", method: "POST", path, body }) };
+  const t0 = performance.now();
+  const r = await fetch(url + path, { method: "POST", headers, body });
   if (!r.ok) throw new Error(`${r.status} ${await r.text()}`);
   await r.arrayBuffer();
+  return performance.now() - t0;
 }
 
-async function ingestRate(origin, batchSize, orders, tag) {
-  const batches = [];
+const hex16 = (n) => n.toString(16).padStart(16, "0");
+
+/** The batches of `orders` orders of product `tag`, `batchSize` each, after
+ * one batch holding the product's stock total (as the gate's outbox starts). */
+function batchesOf(tag, orders, batchSize) {
+  const out = [JSON.stringify({ product_id: tag, events: [{ kind: "stock", seq: 1, stock_total: 10_000_000, at_ms: Date.now() }] })];
   for (let i = 0; i < orders; i += batchSize) {
-    const batch = [];
+    const events = [];
     for (let j = i; j < Math.min(orders, i + batchSize); j++) {
-      batch.push({
-        reservation_id: `${tag}:${j}`,
-        product_id: tag,
+      events.push({
+        kind: "order",
+        seq: j + 2,
+        reservation_id: `${tag}:${hex16(j + 1)}`,
         buyer_id: `buyer-${j}`,
         quantity: 1,
         payment_ref: `pay-${j}`,
         confirmed_at_ms: Date.now(),
-        stock_total: 10_000_000,
       });
     }
-    batches.push(JSON.stringify({ orders: batch }));
+    out.push(JSON.stringify({ product_id: tag, events }));
   }
+  return out;
+}
+
+async function ingestRate(origin, batchSize, orders, tag) {
+  const [stock, ...batches] = batchesOf(tag, orders, batchSize);
+  await post(origin.url, stock);
   const t0 = performance.now();
   await pool(batches.map((b) => () => post(origin.url, b)), 4);
   return orders / ((performance.now() - t0) / 1000);
+}
+
+const quantile = (xs, q) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor(q * s.length))];
+};
+
+/** Batch latencies of one sender, with `readers` clients flooding reads. */
+async function ingestUnderReads(readers, tag) {
+  const origin = await startOrigin();
+  const agent = new http.Agent({ keepAlive: true, maxSockets: readers || 1 });
+  const reads = { ok: 0, shed: 0 };
+  let flooding = true;
+  const paths = [`/v1/orders?limit=1000`, `/v1/products/${tag}`];
+  const reader = async (k) => {
+    for (let i = k; flooding; i++) {
+      const status = await new Promise((ok) => {
+        const req = http.get(origin.url + paths[i % 2], { agent, headers: { authorization: `Bearer ${READ_TOKEN}` } }, (res) => {
+          res.resume();
+          res.on("end", () => ok(res.statusCode));
+        });
+        req.on("error", () => ok(0));
+      });
+      if (status === 200) reads.ok++;
+      else if (status === 503) reads.shed++;
+    }
+  };
+  try {
+    const [stock, ...batches] = batchesOf(tag, 10_000, 50);
+    await post(origin.url, stock);
+    // Orders to read: the flood pages through real rows.
+    for (const b of batches.slice(0, 20)) await post(origin.url, b);
+    const flood = Array.from({ length: readers }, (_, k) => reader(k));
+    await sleep(200);
+    const t0 = performance.now();
+    const latencies = [];
+    for (const b of batches.slice(20, 120)) latencies.push(await post(origin.url, b));
+    const seconds = (performance.now() - t0) / 1000;
+    flooding = false;
+    await Promise.all(flood);
+    return { p50: quantile(latencies, 0.5), p99: quantile(latencies, 0.99), readsPerS: reads.ok / seconds, shedPerS: reads.shed / seconds };
+  } finally {
+    flooding = false;
+    agent.destroy();
+    await origin.stop();
+  }
+}
+
+async function floodBench() {
+  console.log(`origin ingest latency under a read flood (SQLite, 100 batches of 50 orders, one sender), median of ${RUNS} runs:`);
+  const quiet = [];
+  const flooded = [];
+  for (let run = 0; run < RUNS; run++) {
+    quiet.push(await ingestUnderReads(0, `q${run}`));
+    flooded.push(await ingestUnderReads(48, `f${run}`));
+  }
+  const m = (xs, k) => median(xs.map((x) => x[k]));
+  const line = (label, xs) =>
+    `  ${label.padEnd(24)} p50 ${m(xs, "p50").toFixed(1).padStart(6)} ms  p99 ${m(xs, "p99").toFixed(1).padStart(6)} ms`;
+  console.log(line("alone:", quiet));
+  console.log(`${line("with 48 readers:", flooded)}  (reads served ${m(flooded, "readsPerS").toFixed(0)}/s, shed ${m(flooded, "shedPerS").toFixed(0)}/s)`);
+  console.log(`  ratio flooded/alone:     p50 ${(m(flooded, "p50") / m(quiet, "p50")).toFixed(2)}x  p99 ${(m(flooded, "p99") / m(quiet, "p99")).toFixed(2)}x  (target: within 2x)`);
 }
 
 function pgDatabase(name) {
@@ -87,7 +160,7 @@ async function ingestBench() {
 
 async function drainBench() {
   const port = await freePort();
-  const gate = await startGate({ originUrl: `http://127.0.0.1:${port}`, originSecret: ORIGIN_SECRET });
+  const gate = await startGate({ originUrl: `http://127.0.0.1:${port}` });
   const api = client(gate.url);
   let origin;
   try {
@@ -117,9 +190,9 @@ async function drainBench() {
     }
     const end = performance.now();
     const stored = (await origin.product("drain")).sold;
-    console.log(`end-to-end drain: ${before} confirmed orders (bought in ${buySeconds.toFixed(1)} s, ${(2 * BACKLOG / buySeconds).toFixed(0)} req/s reserve+confirm)`);
+    console.log(`end-to-end drain: ${before} outbox events, ${BACKLOG} of them orders (bought in ${buySeconds.toFixed(1)} s, ${(2 * BACKLOG / buySeconds).toFixed(0)} req/s reserve+confirm)`);
     console.log(`  first batch stored ${((first - up) / 1000).toFixed(1)} s after the origin came up (the gate's retry backoff)`);
-    console.log(`  backlog drained ${((end - first) / 1000).toFixed(2)} s after the first batch: ${(before / ((end - first) / 1000)).toFixed(0)} orders/s; origin sold ${stored}`);
+    console.log(`  backlog drained ${((end - first) / 1000).toFixed(2)} s after the first batch: ${(before / ((end - first) / 1000)).toFixed(0)} events/s; origin sold ${stored}`);
   } finally {
     await gate.stop();
     await origin?.stop();
@@ -127,4 +200,5 @@ async function drainBench() {
 }
 
 await ingestBench();
+await floodBench();
 await drainBench();
