@@ -140,6 +140,21 @@ test("at least 25 attacks are refused, and change nothing at the gate or the ori
     assert.deepEqual(await origin.product(P), originBefore.product, "the origin's product changed");
     assert.deepEqual(await origin.orders(P), originBefore.orders, "the origin's orders changed");
     console.log(`trust: ${attacks.length} attacks refused; the gate and the origin unchanged`);
+
+    // A real confirmation, captured and replayed inside the signature's
+    // window: the replay is answered with the first confirmation and takes
+    // nothing more, at the gate or at the origin.
+    const captured = confirmWith(ridA, confirmBody("alice", "pay-a"), sign({ keys: keys.PAYMENT_KEYS, path: confirmPath(ridA), body: confirmBody("alice", "pay-a") }));
+    const first = await fetch(captured.url, captured.init).then(json);
+    assert.equal(first.status, 200, why(JSON.stringify(first.body)));
+    const afterFirst = stateOf((await drained(api, P, 30_000)));
+    const originAfterFirst = { product: await origin.product(P), orders: await origin.orders(P) };
+    assert.equal(originAfterFirst.product.sold, 1, "the confirmed order reached the origin");
+    const replay = await fetch(captured.url, captured.init).then(json);
+    assert.equal(replay.status, 200, why(JSON.stringify(replay.body)));
+    assert.deepEqual(replay.body, first.body, "a replay answers with the first confirmation");
+    assert.deepEqual(stateOf((await drained(api, P, 30_000))), afterFirst, "a replayed confirm changed the gate");
+    assert.deepEqual({ product: await origin.product(P), orders: await origin.orders(P) }, originAfterFirst, "a replayed confirm changed the origin");
   } finally {
     await gate.stop();
     await origin.stop();
