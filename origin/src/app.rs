@@ -30,6 +30,7 @@ use crate::db::Db;
 use crate::demo;
 use crate::metrics::Metrics;
 use crate::problem::{AppError, OriginCode};
+use crate::reads::ReadRuntime;
 
 /// The largest request body: a full batch of 500 events is far below it.
 pub const BODY_BYTES_MAX: usize = 1024 * 1024;
@@ -66,15 +67,18 @@ pub struct AppState {
     pub db: Db,
     pub metrics: Metrics,
     pub settings: Settings,
+    /// Where the read routes run: below ingest's priority (`reads`).
+    pub reads: ReadRuntime,
 }
 
 impl AppState {
-    pub fn new(db: Db, settings: Settings) -> Arc<AppState> {
-        Arc::new(AppState {
+    pub fn new(db: Db, settings: Settings) -> anyhow::Result<Arc<AppState>> {
+        Ok(Arc::new(AppState {
             db,
             metrics: Metrics::default(),
             settings,
-        })
+            reads: ReadRuntime::start()?,
+        }))
     }
 }
 
@@ -133,7 +137,9 @@ pub fn router(state: Shared) -> Router {
     let mut others = Router::new();
     for (_, path, access, handler) in routes() {
         match access {
-            Access::Read => reads = reads.route(path, handler),
+            // `/healthz` reads the database too, so it is shed with the
+            // reads rather than left unbounded.
+            Access::Read | Access::Open => reads = reads.route(path, handler),
             Access::Buyer => {
                 let handler = match &cors {
                     Some(cors) => handler.layer(cors.clone()),
@@ -311,7 +317,13 @@ async fn get_product(
         "a read token",
     )?;
     product_id(&id)?;
-    match state.db.product(&id).await? {
+    let db = state.db.clone();
+    let key = id.clone();
+    let found = state
+        .reads
+        .run(async move { db.product(&key).await })
+        .await?;
+    match found {
         Some(p) => Ok(Json(p).into_response()),
         None => Err(AppError::new(
             OriginCode::UnknownProduct,
@@ -348,14 +360,29 @@ async fn list_orders(
         ));
     }
     let after = q.after.unwrap_or(0).max(0);
-    let orders = state
-        .db
-        .orders(q.product_id.as_deref(), after, limit)
+    let db = state.db.clone();
+    // The page is encoded on the read thread too: for a page of 1000
+    // orders that is most of the work.
+    let page = state
+        .reads
+        .run(async move {
+            let orders = db.orders(q.product_id.as_deref(), after, limit).await?;
+            let next_after = (orders.len() as i64 == limit)
+                .then(|| orders.last().map(|o| o.cursor))
+                .flatten();
+            Ok(serde_json::to_vec(
+                &json!({ "orders": orders, "next_after": next_after }),
+            )?)
+        })
         .await?;
-    let next_after = (orders.len() as i64 == limit)
-        .then(|| orders.last().map(|o| o.cursor))
-        .flatten();
-    Ok(Json(json!({ "orders": orders, "next_after": next_after })).into_response())
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        page,
+    )
+        .into_response())
 }
 
 #[derive(Deserialize)]
@@ -415,7 +442,8 @@ async fn mint_buyer_token(
 }
 
 async fn healthz(State(state): State<Shared>) -> Response {
-    match state.db.ping().await {
+    let db = state.db.clone();
+    match state.reads.run(async move { db.ping().await }).await {
         Ok(()) => {
             Json(json!({ "status": "ok", "backend": state.db.backend().as_str() })).into_response()
         }

@@ -231,8 +231,10 @@ impl Db {
                     Ok(())
                 })
             })
-            .connect(&read_url)
-            .await
+            // Lazily: the read routes open its connections from the read
+            // thread, so SQLite's connection threads inherit its low
+            // priority (see `reads`).
+            .connect_lazy(&read_url)
             .context("opening the read pool")?;
         Ok(Db {
             write,

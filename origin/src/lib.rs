@@ -11,5 +11,6 @@ pub mod db;
 pub mod demo;
 pub mod metrics;
 pub mod problem;
+pub mod reads;
 pub mod reconcile;
 pub mod server;

@@ -188,7 +188,7 @@ async fn main() -> anyhow::Result<()> {
                 demo_payments = settings.demo.is_some(),
                 "flashgate origin starting"
             );
-            let state = AppState::new(database.clone(), settings);
+            let state = AppState::new(database.clone(), settings)?;
             let listener = tokio::net::TcpListener::bind(listen)
                 .await
                 .with_context(|| format!("binding {listen}"))?;

@@ -135,6 +135,7 @@ fn state(db: &Db) -> Arc<AppState> {
             batch_timeout: Duration::from_secs(30),
         },
     )
+    .expect("the read thread starts")
 }
 
 /// The public id of reservation `n`: any 16 hex digits will do here.

@@ -141,7 +141,7 @@ async fn handle(mut req: Request, env: &Env) -> worker::Result<Response> {
         Ok(Route::OpenApi) => return static_response(crate::OPENAPI_JSON, "application/json"),
         Ok(Route::Session) => {
             return match config::settings(env) {
-                Ok(settings) => session(&settings, req.url()?.scheme() == "https"),
+                Ok(settings) => session(&settings, req.inner().url().starts_with("https:")),
                 Err(e) => http::problem(Problem::misconfigured(e.to_string())),
             }
         }
@@ -155,11 +155,8 @@ async fn handle(mut req: Request, env: &Env) -> worker::Result<Response> {
         Ok(b) => b,
         Err(p) => return http::problem(p),
     };
-    let url = req.url()?;
-    let path_and_query = match url.query() {
-        Some(q) => format!("{}?{q}", url.path()),
-        None => url.path().to_string(),
-    };
+    let url = req.inner().url();
+    let path_and_query = api::path_and_query(&url);
     let headers = req.headers();
     let header = |name: &str| headers.get(name).ok().flatten();
     let (content_type, idempotency_key, authorization, cookie) = (
@@ -175,7 +172,7 @@ async fn handle(mut req: Request, env: &Env) -> worker::Result<Response> {
     );
     let incoming = Incoming {
         method: &method,
-        path_and_query: &path_and_query,
+        path_and_query,
         content_type: content_type.as_deref(),
         idempotency_key: idempotency_key.as_deref(),
         authorization: authorization.as_deref(),
