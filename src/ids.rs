@@ -13,6 +13,7 @@
 //! (`flashgate_wire::bounds::valid_reservation_id`).
 
 use flashgate_wire::bounds::valid_reservation_id;
+use flashgate_wire::mac::hmac_sha256;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
@@ -28,14 +29,11 @@ pub struct IdCodec {
 impl IdCodec {
     /// The codec of `product_id` under the gate's id secret.
     pub fn new(secret: &[u8], product_id: &str) -> IdCodec {
-        let mut derive = <Hmac<Sha256> as Mac>::new_from_slice(secret)
-            .expect("HMAC is defined for keys of every length");
+        let mut derive = hmac_sha256(secret);
         derive.update(b"flashgate reservation ids\n");
         derive.update(product_id.as_bytes());
-        let key = derive.finalize().into_bytes();
         IdCodec {
-            mac: <Hmac<Sha256> as Mac>::new_from_slice(&key)
-                .expect("HMAC is defined for keys of every length"),
+            mac: hmac_sha256(&derive.finalize().into_bytes()),
         }
     }
 

@@ -8,6 +8,7 @@
 //! - `batch`: the batch of outbox events (orders, voids, stock totals) the
 //!   gate forwards, its validation, and the origin's per-event answer;
 //! - `keys`: key sets with key ids, for rotation without downtime;
+//! - `mac`: HMAC-SHA256 with a key of any length, infallibly;
 //! - `signing`: the HMAC signature over a request, and its headers;
 //! - `token`: buyer tokens (JWT, HS256);
 //! - `stats`: the typed view of a product's gate stats, which the gate
@@ -17,6 +18,7 @@
 pub mod batch;
 pub mod bounds;
 pub mod keys;
+pub mod mac;
 pub mod problem;
 pub mod signing;
 pub mod stats;

@@ -18,6 +18,7 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 use crate::keys::{Key, KeySet};
+use crate::mac::hmac_sha256;
 
 /// A signature older or newer than this is refused, so a captured request
 /// cannot be replayed later.
@@ -112,8 +113,7 @@ pub struct Request<'a> {
 
 fn mac(key: &Key, timestamp_ms: u64, req: &Request) -> Hmac<Sha256> {
     let digest = hex::encode(Sha256::digest(req.body));
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key.secret())
-        .expect("HMAC is defined for keys of every length");
+    let mut mac = hmac_sha256(key.secret());
     for field in [
         "flashgate-v2",
         req.purpose.as_str(),

@@ -15,6 +15,7 @@ use sha2::Sha256;
 
 use crate::bounds;
 use crate::keys::KeySet;
+use crate::mac::hmac_sha256;
 
 /// The longest token accepted, in bytes.
 pub const TOKEN_BYTES_MAX: usize = 2048;
@@ -86,8 +87,7 @@ impl TokenError {
 }
 
 fn mac(secret: &[u8], signing_input: &str) -> Hmac<Sha256> {
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret)
-        .expect("HMAC is defined for keys of every length");
+    let mut mac = hmac_sha256(secret);
     mac.update(signing_input.as_bytes());
     mac
 }
