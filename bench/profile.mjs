@@ -1,0 +1,133 @@
+// Where a request's time goes: a V8 CPU profile of the gate on bare
+// workerd (its inspector), under the same closed-loop load as
+// bench/edge.mjs, summarised by self time per function and per category.
+// Prints figures; asserts nothing.
+//
+//   node --experimental-websocket bench/profile.mjs [reserve|soldout|read] [seconds]
+//
+// Categories are read from the function names the wasm's name section
+// keeps (Rust symbols) and from the JS glue: wasm-bindgen's glue and
+// boundary crossings, serde_json, the token and signature HMACs, the core,
+// SQL, workerd's own (native) time, and the rest.
+import { spawn } from "node:child_process";
+import { mkdtempSync, mkdirSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { freePort, gateVars, writeConfig, WORKERD } from "../tests/support/runtime.mjs";
+import { client } from "../tests/support/client.mjs";
+import { buyerToken } from "../tests/support/keys.mjs";
+import { load } from "./load.mjs";
+
+const MODE = process.argv[2] ?? "reserve";
+const SECONDS = Number(process.argv[3] ?? 5);
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
+
+const dir = mkdtempSync(join(tmpdir(), "flashgate-profile-"));
+mkdirSync(join(dir, "state"));
+const port = await freePort();
+const inspector = await freePort();
+const config = writeConfig({ dir, stateDir: join(dir, "state"), port, vars: gateVars() });
+const proc = spawn(WORKERD, ["serve", config, "--experimental", `--inspector-addr=127.0.0.1:${inspector}`], { stdio: "ignore" });
+const url = `http://127.0.0.1:${port}`;
+for (let i = 0; ; i++) {
+  try {
+    await (await fetch(`${url}/api/products/__ready__`)).arrayBuffer();
+    break;
+  } catch {
+    if (i > 600) throw new Error("workerd did not start");
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+const ws = new WebSocket(`ws://127.0.0.1:${inspector}/main`);
+await new Promise((ok, fail) => {
+  ws.onopen = ok;
+  ws.onerror = fail;
+});
+let next = 1;
+const waiting = new Map();
+ws.onmessage = (m) => {
+  const msg = JSON.parse(m.data);
+  if (msg.id && waiting.has(msg.id)) {
+    waiting.get(msg.id)(msg);
+    waiting.delete(msg.id);
+  }
+};
+const send = (method, params = {}) =>
+  new Promise((ok) => {
+    const id = next++;
+    waiting.set(id, ok);
+    ws.send(JSON.stringify({ id, method, params }));
+  });
+
+const api = client(url);
+const product = "profiled";
+await api.put(product, { stock_total: MODE === "soldout" ? 0 : 10_000_000, per_buyer_max: 1, quantity_max: 1, hold_ttl_ms: 3_600_000, reservations_max: 4_000_000 });
+const request =
+  MODE === "read"
+    ? () => ({ path: `/api/products/${product}` })
+    : (n) => ({
+        method: "POST",
+        path: `/api/products/${product}/reservations`,
+        headers: { "content-type": "application/json", authorization: `Bearer ${buyerToken(`p-${n}`)}`, "idempotency-key": `"p-${n}"` },
+        body: '{"quantity":1}',
+      });
+// Warm up without the profiler, then profile a measured run.
+await load({ url, connections: CONNECTIONS, durationMs: 1000, request });
+await send("Profiler.enable");
+await send("Profiler.setSamplingInterval", { interval: 200 });
+await send("Profiler.start");
+const result = await load({ url, connections: CONNECTIONS, durationMs: SECONDS * 1000, warmupMs: 0, request });
+const { result: { profile } } = await send("Profiler.stop");
+ws.close();
+proc.kill("SIGTERM");
+writeFileSync(join(dir, "profile.cpuprofile"), JSON.stringify(profile));
+
+// Self time per node, from the sample counts and time deltas.
+const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+const selfUs = new Map();
+for (let i = 0; i < profile.samples.length; i++) {
+  const id = profile.samples[i];
+  selfUs.set(id, (selfUs.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0));
+}
+const totalUs = [...selfUs.values()].reduce((a, b) => a + b, 0);
+const perFunction = new Map();
+for (const [id, us] of selfUs) {
+  const f = byId.get(id).callFrame;
+  const name = f.functionName || `(anonymous ${f.url.split("/").pop()}:${f.lineNumber})`;
+  perFunction.set(name, (perFunction.get(name) ?? 0) + us);
+}
+const CATEGORIES = [
+  ["idle", /^\(idle\)$/],
+  ["garbage collector", /^\(garbage collector\)$/],
+  ["workerd and V8 native (program)", /^\(program\)$/],
+  ["HMAC / SHA-256", /sha2|hmac|Sha256|compress256/],
+  ["serde_json", /serde_json|serde::/],
+  ["SQL (storage calls)", /sql|Sql|SqlStorage|exec/],
+  ["core (decisions)", /flashgate_core/],
+  ["wasm-bindgen glue and JS<->wasm crossings", /^__wbg|wasm_bindgen|__wbindgen|js_sys|web_sys|getObject|addHeapObject|takeObject|passStringToWasm|getStringFromWasm|handleError|dropObject/],
+  ["allocator and memory", /dlmalloc|alloc::|__rust_alloc|__rust_dealloc|realloc|memcpy|memmove|memset/],
+  ["formatting", /core::fmt|alloc::fmt|format/],
+  ["flashgate shell (api, service, views, object)", /flashgate/],
+  ["worker crate", /worker::/],
+];
+const categories = new Map();
+for (const [name, us] of perFunction) {
+  const cat = CATEGORIES.find(([, re]) => re.test(name))?.[0] ?? "other JS and wasm";
+  categories.set(cat, (categories.get(cat) ?? 0) + us);
+}
+const busyUs = totalUs - (categories.get("idle") ?? 0);
+const requests = result.count;
+console.log(`profile of ${MODE}: ${requests} requests in ${SECONDS} s (${result.rps.toFixed(0)} req/s, p50 ${result.p50.toFixed(2)} ms), statuses ${JSON.stringify(result.statuses)}`);
+console.log(`isolate busy ${(busyUs / 1000).toFixed(0)} ms of ${(totalUs / 1000).toFixed(0)} ms sampled: ${(busyUs / requests).toFixed(1)} us per request`);
+console.log("\nby category (self time, us per request, share of busy time):");
+for (const [cat, us] of [...categories].sort((a, b) => b[1] - a[1])) {
+  if (cat === "idle") continue;
+  console.log(`  ${cat.padEnd(48)} ${(us / requests).toFixed(1).padStart(7)} us  ${((100 * us) / busyUs).toFixed(1).padStart(5)}%`);
+}
+console.log("\ntop functions (self time):");
+for (const [name, us] of [...perFunction].sort((a, b) => b[1] - a[1]).slice(0, 30)) {
+  if (name === "(idle)") continue;
+  console.log(`  ${(us / requests).toFixed(1).padStart(7)} us  ${((100 * us) / busyUs).toFixed(1).padStart(5)}%  ${name.slice(0, 110)}`);
+}
+console.log(`\nthe full profile: ${join(dir, "profile.cpuprofile")} (Chrome DevTools can open it)`);
