@@ -833,7 +833,7 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(p.code, ProblemCode::MethodNotAllowed);
-        assert_eq!(p.allow.as_deref(), Some("POST"));
+        assert_eq!(p.header_value("allow"), Some("POST"));
         assert_eq!(
             route("GET", "/api/products/p1/extra").unwrap_err().code,
             ProblemCode::NotFound

@@ -42,9 +42,10 @@ fn token_problem(e: TokenError) -> Problem {
         TokenError::Expired => ProblemCode::TokenExpired,
         _ => ProblemCode::TokenInvalid,
     };
-    let mut p = Problem::new(code, e.describe());
-    p.www_authenticate = Some(r#"Bearer realm="flashgate", error="invalid_token""#.into());
-    p
+    Problem::new(code, e.describe()).header(
+        "www-authenticate",
+        r#"Bearer realm="flashgate", error="invalid_token""#,
+    )
 }
 
 /// The buyer a request proves, from its bearer token or its cookie.
@@ -55,12 +56,11 @@ pub fn buyer(
     now_ms: u64,
 ) -> Result<String, Problem> {
     let Some(token) = bearer(authorization).or_else(|| cookie(cookie_header, BUYER_COOKIE)) else {
-        let mut p = Problem::new(
+        return Err(Problem::new(
             ProblemCode::TokenMissing,
             "send a buyer token: Authorization: Bearer, or the fg_buyer cookie",
-        );
-        p.www_authenticate = Some(r#"Bearer realm="flashgate""#.into());
-        return Err(p);
+        )
+        .header("www-authenticate", r#"Bearer realm="flashgate""#));
     };
     token::verify(
         &settings.buyer_keys,
@@ -79,9 +79,7 @@ pub fn admin(settings: &Settings, authorization: Option<&str>) -> Result<(), Pro
     if settings.admin_tokens.holds_secret(given) {
         Ok(())
     } else {
-        let mut p = Problem::unauthorized();
-        p.www_authenticate = Some(r#"Bearer realm="flashgate-admin""#.into());
-        Err(p)
+        Err(Problem::unauthorized().header("www-authenticate", r#"Bearer realm="flashgate-admin""#))
     }
 }
 

@@ -57,6 +57,9 @@ problem_codes! {
     TokenExpired => "token_expired", 401, "Buyer token expired";
     BadSignature => "bad_signature", 401, "Missing or bad signature";
     Unauthorized => "unauthorized", 401, "Admin token required";
+    RateLimited => "rate_limited", 429, "Too many requests";
+    TicketInvalid => "ticket_invalid", 403, "Invalid waiting-room ticket";
+    NoWaitingRoom => "no_waiting_room", 409, "No waiting room";
     // Decided by the product's object.
     UnknownProduct => "unknown_product", 404, "Unknown product";
     UnknownReservation => "unknown_reservation", 404, "Unknown reservation";
@@ -70,6 +73,9 @@ problem_codes! {
     InvalidQuantity => "invalid_quantity", 422, "Invalid quantity";
     InvalidInput => "invalid_input", 422, "Invalid input";
     Overloaded => "overloaded", 503, "Too many open reservations";
+    TicketRequired => "ticket_required", 403, "Waiting-room ticket required";
+    TicketExpired => "ticket_expired", 403, "Waiting-room ticket expired";
+    NotAdmitted => "not_admitted", 403, "Not admitted yet";
     Expired => "expired", 409, "Reservation expired";
     Cancelled => "cancelled", 409, "Reservation cancelled";
     AlreadyConfirmed => "already_confirmed", 409, "Reservation already confirmed";
@@ -82,6 +88,7 @@ problem_codes! {
     SaleClosed => "sale_closed", 409, "Sale closed for good";
     // The gate failed; retrying is safe.
     Internal => "internal", 500, "Internal error";
+    Unavailable => "unavailable", 503, "Product temporarily unavailable";
     Misconfigured => "misconfigured", 500, "Gate misconfigured";
 }
 
@@ -100,6 +107,10 @@ impl ProblemCode {
             ReserveKind::InvalidQuantity => ProblemCode::InvalidQuantity,
             ReserveKind::InvalidInput => ProblemCode::InvalidInput,
             ReserveKind::Overloaded => ProblemCode::Overloaded,
+            ReserveKind::Paced => ProblemCode::RateLimited,
+            ReserveKind::TicketRequired => ProblemCode::TicketRequired,
+            ReserveKind::TicketExpired => ProblemCode::TicketExpired,
+            ReserveKind::NotAdmitted => ProblemCode::NotAdmitted,
         })
     }
 

@@ -13,12 +13,10 @@ pub struct Problem {
     pub detail: String,
     /// Extra members that help the client act, such as `available`.
     pub extra: Map<String, Value>,
-    /// Sent as `Retry-After`, in seconds, when a retry later may succeed.
-    pub retry_after_s: Option<u64>,
-    /// Sent as `Allow` with a 405.
-    pub allow: Option<String>,
-    /// Sent as `WWW-Authenticate` with a 401 (RFC 9110, RFC 6750).
-    pub www_authenticate: Option<String>,
+    /// Response fields that go with the problem: `Retry-After` when a retry
+    /// later may succeed, `Allow` with a 405, `WWW-Authenticate` with a
+    /// 401, the `RateLimit` fields with a 429.
+    pub headers: Vec<(&'static str, String)>,
 }
 
 impl Problem {
@@ -27,10 +25,26 @@ impl Problem {
             code,
             detail: detail.into(),
             extra: Map::new(),
-            retry_after_s: None,
-            allow: None,
-            www_authenticate: None,
+            headers: Vec::new(),
         }
+    }
+
+    pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.headers.push((name, value.into()));
+        self
+    }
+
+    /// `Retry-After` in whole seconds, at least one.
+    pub fn retry_after_ms(self, ms: u64) -> Self {
+        self.header("retry-after", ms.div_ceil(1000).max(1).to_string())
+    }
+
+    /// The value of a response field this problem carries.
+    pub fn header_value(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 
     pub fn status(&self) -> u16 {
@@ -60,12 +74,11 @@ impl Problem {
     }
 
     pub fn method_not_allowed(allow: String) -> Self {
-        let mut p = Problem::new(
+        Problem::new(
             ProblemCode::MethodNotAllowed,
             format!("this route accepts {allow}"),
-        );
-        p.allow = Some(allow);
-        p
+        )
+        .header("allow", allow)
     }
 
     pub fn body_too_large(limit: usize) -> Self {
@@ -151,6 +164,44 @@ impl Problem {
 
     pub fn misconfigured(detail: impl Into<String>) -> Self {
         Problem::new(ProblemCode::Misconfigured, detail)
+    }
+
+    /// A buyer over the object's pace for this window.
+    pub fn paced(retry_after_ms: u64) -> Self {
+        Problem::new(
+            ProblemCode::RateLimited,
+            "too many reserve attempts for this buyer; wait before trying again",
+        )
+        .with("retry_after_ms", retry_after_ms)
+        .retry_after_ms(retry_after_ms)
+    }
+
+    /// A ticket whose turn has not come, with where it stands.
+    pub fn not_admitted(position: u64, eta_s: Option<u64>) -> Self {
+        let mut p = Problem::new(
+            ProblemCode::NotAdmitted,
+            format!("about {position} buyers are ahead in the waiting room"),
+        )
+        .with("position", position);
+        if let Some(eta) = eta_s {
+            p = p.with("eta_s", eta).retry_after_ms(eta.clamp(1, 30) * 1000);
+        }
+        p
+    }
+
+    pub fn ticket_invalid(detail: impl Into<String>) -> Self {
+        Problem::new(ProblemCode::TicketInvalid, detail)
+    }
+
+    /// The product's object could not be reached or could not store; the
+    /// client should come back after `retry_after_s`, which the caller
+    /// jitters so that a crowd does not return at once.
+    pub fn unavailable(retry_after_s: u64) -> Self {
+        Problem::new(
+            ProblemCode::Unavailable,
+            "the product is busy or briefly unreachable; retry after the given time (it is safe with the same Idempotency-Key)",
+        )
+        .header("retry-after", retry_after_s.max(1).to_string())
     }
 
     pub fn internal() -> Self {

@@ -10,9 +10,8 @@ pub struct Reply {
     pub body: Value,
     /// The body is an RFC 9457 problem document.
     pub problem: bool,
-    pub retry_after_s: Option<u64>,
-    pub allow: Option<String>,
-    pub www_authenticate: Option<String>,
+    /// Response fields beside the content type (see `Problem::headers`).
+    pub headers: Vec<(&'static str, String)>,
     /// The answer is a replay of an earlier one (`Idempotent-Replayed`).
     pub replayed: bool,
 }
@@ -23,9 +22,7 @@ impl Reply {
             status,
             body,
             problem: false,
-            retry_after_s: None,
-            allow: None,
-            www_authenticate: None,
+            headers: Vec::new(),
             replayed: false,
         }
     }
@@ -51,9 +48,7 @@ impl From<Problem> for Reply {
             status: p.status(),
             body,
             problem: true,
-            retry_after_s: p.retry_after_s,
-            allow: p.allow,
-            www_authenticate: p.www_authenticate,
+            headers: p.headers,
             replayed: false,
         }
     }

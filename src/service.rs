@@ -64,7 +64,7 @@ pub fn execute(
             idem_key,
             quantity,
             ..
-        } => reserve_reply(ids, g.reserve(now_ms, buyer, idem_key, *quantity)),
+        } => reserve_reply(ids, g.reserve(now_ms, buyer, idem_key, *quantity, None)),
         Command::GetReservation {
             buyer,
             reservation_id,
@@ -168,15 +168,22 @@ fn reserve_reply(ids: &IdCodec, outcome: ReserveOutcome) -> Reply {
             ProblemCode::InvalidInput,
             "the buyer id or Idempotency-Key is not acceptable".into(),
         ),
-        ReserveOutcome::Overloaded { retry_after_ms } => {
-            let mut p = problem(
-                ProblemCode::Overloaded,
-                "the product keeps as many reservations as it may; retry later".into(),
-            )
-            .with("retry_after_ms", retry_after_ms);
-            p.retry_after_s = Some(retry_after_ms.div_ceil(1000));
-            p
-        }
+        ReserveOutcome::Overloaded { retry_after_ms } => problem(
+            ProblemCode::Overloaded,
+            "the product keeps as many reservations as it may; retry later".into(),
+        )
+        .with("retry_after_ms", retry_after_ms)
+        .retry_after_ms(retry_after_ms),
+        ReserveOutcome::Paced { retry_after_ms } => Problem::paced(retry_after_ms),
+        ReserveOutcome::TicketRequired => problem(
+            ProblemCode::TicketRequired,
+            "this product has a waiting room: join it and send the ticket".into(),
+        ),
+        ReserveOutcome::TicketExpired => problem(
+            ProblemCode::TicketExpired,
+            "the waiting-room ticket has expired; join again".into(),
+        ),
+        ReserveOutcome::NotAdmitted { position } => Problem::not_admitted(position, None),
     };
     debug_assert_eq!(ProblemCode::of_reserve(outcome.kind()), Some(p.code));
     p.into()

@@ -9,8 +9,8 @@
 //! in one turn of the event loop with nothing awaited in between.
 
 use flashgate_core::{
-    Change, Config, HoldState, ItemKey, MetaRow, Mode, OutboxEntry, OutboxEvent, ReservationRow,
-    Row,
+    Admission, Change, Config, HoldState, ItemKey, MetaRow, Mode, OutboxEntry, OutboxEvent,
+    ReservationRow, Row,
 };
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -59,7 +59,24 @@ const SCHEMA: &[&str] = &[
         idem_window_ms INTEGER NOT NULL,
         opens_at_ms INTEGER,
         closes_at_ms INTEGER,
-        reservations_max INTEGER NOT NULL)",
+        reservations_max INTEGER NOT NULL,
+        admit_per_s INTEGER NOT NULL,
+        prequeue_ms INTEGER NOT NULL,
+        ticket_ttl_ms INTEGER NOT NULL,
+        attempts_per_window_max INTEGER NOT NULL,
+        attempt_window_ms INTEGER NOT NULL)",
+    // The waiting room: counts per arrival second as JSON, since they are
+    // read and written together.
+    "CREATE TABLE IF NOT EXISTS admission (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        prequeue INTEGER NOT NULL,
+        folded INTEGER NOT NULL,
+        folded_until_s INTEGER NOT NULL,
+        buckets TEXT NOT NULL,
+        base_milli INTEGER NOT NULL,
+        base_at_ms INTEGER NOT NULL,
+        advancing INTEGER NOT NULL,
+        floor TEXT)",
     "CREATE TABLE IF NOT EXISTS reservations (
         id INTEGER PRIMARY KEY,
         buyer TEXT NOT NULL,
@@ -96,6 +113,10 @@ fn opt_int(v: Option<u64>) -> SqlValue {
 
 fn text(s: &str) -> SqlValue {
     SqlValue::Text(s.to_string())
+}
+
+fn to_json(v: &impl serde::Serialize) -> Result<String, StorageError> {
+    serde_json::to_string(v).map_err(|e| StorageError(format!("encoding a row: {e}")))
 }
 
 /// Creates the tables and records the product id. Only a product being
@@ -143,11 +164,18 @@ pub fn write(db: &mut impl SqlDb, changes: &[Change]) -> Result<(), StorageError
                     opens_at_ms,
                     closes_at_ms,
                     reservations_max,
+                    admit_per_s,
+                    prequeue_ms,
+                    ticket_ttl_ms,
+                    attempts_per_window_max,
+                    attempt_window_ms,
                 } = *c;
                 db.exec(
                     "INSERT OR REPLACE INTO config (id, per_buyer_max, quantity_max, hold_ttl_ms,
-                        idem_window_ms, opens_at_ms, closes_at_ms, reservations_max)
-                     VALUES (1, ?, ?, ?, ?, ?, ?, ?)",
+                        idem_window_ms, opens_at_ms, closes_at_ms, reservations_max,
+                        admit_per_s, prequeue_ms, ticket_ttl_ms, attempts_per_window_max,
+                        attempt_window_ms)
+                     VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     &[
                         int(u64::from(per_buyer_max)),
                         int(u64::from(quantity_max)),
@@ -156,6 +184,42 @@ pub fn write(db: &mut impl SqlDb, changes: &[Change]) -> Result<(), StorageError
                         opt_int(opens_at_ms),
                         opt_int(closes_at_ms),
                         int(u64::from(reservations_max)),
+                        int(u64::from(admit_per_s)),
+                        int(prequeue_ms),
+                        int(ticket_ttl_ms),
+                        int(u64::from(attempts_per_window_max)),
+                        int(attempt_window_ms),
+                    ],
+                )?
+            }
+            Change::Put(Row::Admission(a)) => {
+                let Admission {
+                    prequeue,
+                    folded,
+                    folded_until_s,
+                    buckets,
+                    base_milli,
+                    base_at_ms,
+                    advancing,
+                    floor,
+                } = a;
+                let buckets: Vec<(u64, u64)> = buckets.iter().map(|(&s, &n)| (s, n)).collect();
+                db.exec(
+                    "INSERT OR REPLACE INTO admission (id, prequeue, folded, folded_until_s,
+                        buckets, base_milli, base_at_ms, advancing, floor)
+                     VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    &[
+                        int(*prequeue),
+                        int(*folded),
+                        int(*folded_until_s),
+                        SqlValue::Text(to_json(&buckets)?),
+                        int(*base_milli),
+                        int(*base_at_ms),
+                        int(u64::from(*advancing)),
+                        match floor {
+                            Some(f) => SqlValue::Text(to_json(f)?),
+                            None => SqlValue::Null,
+                        },
                     ],
                 )?
             }
@@ -312,6 +376,38 @@ impl OutboxSql {
 }
 
 #[derive(Deserialize)]
+struct AdmissionSql {
+    prequeue: u64,
+    folded: u64,
+    folded_until_s: u64,
+    buckets: String,
+    base_milli: u64,
+    base_at_ms: u64,
+    advancing: u8,
+    floor: Option<String>,
+}
+
+impl AdmissionSql {
+    fn admission(self) -> Option<Admission> {
+        let buckets: Vec<(u64, u64)> = serde_json::from_str(&self.buckets).ok()?;
+        let floor = match self.floor {
+            Some(f) => Some(serde_json::from_str(&f).ok()?),
+            None => None,
+        };
+        Some(Admission {
+            prequeue: self.prequeue,
+            folded: self.folded,
+            folded_until_s: self.folded_until_s,
+            buckets: buckets.into_iter().collect(),
+            base_milli: self.base_milli,
+            base_at_ms: self.base_at_ms,
+            advancing: self.advancing != 0,
+            floor,
+        })
+    }
+}
+
+#[derive(Deserialize)]
 struct VersionSql {
     version: u64,
 }
@@ -364,6 +460,11 @@ pub fn load(db: &mut impl SqlDb) -> Result<Option<Stored>, StorageError> {
     // The config columns are the fields of `Config`, so it reads directly.
     for c in db.query::<Config>("SELECT * FROM config")? {
         rows.push(Row::Config(c));
+    }
+    for a in db.query::<AdmissionSql>("SELECT * FROM admission")? {
+        rows.push(Row::Admission(
+            a.admission().ok_or_else(|| corrupt("waiting room"))?,
+        ));
     }
     for r in db.query::<ReservationSql>("SELECT * FROM reservations")? {
         rows.push(Row::Reservation(ReservationRow {

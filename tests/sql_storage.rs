@@ -111,7 +111,7 @@ fn sqlite_restores_exactly_what_the_gate_wrote() {
             match rng.below(10) {
                 0..=3 => {
                     let key = format!("k{}", rng.below(200));
-                    gate.reserve(now, &buyer, &key, 1 + rng.below(2) as u32);
+                    gate.reserve(now, &buyer, &key, 1 + rng.below(2) as u32, None);
                 }
                 4 => {
                     gate.confirm(now, 1 + rng.below(step + 1), &buyer, "pay-ü");

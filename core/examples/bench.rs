@@ -66,7 +66,7 @@ fn fill(n: usize, ttl_ms: u64, buyers: &[String], keys: &[String], render: bool)
     gate.take_changes();
     let start = Instant::now();
     for i in 0..n {
-        let out = gate.reserve(i as u64, &buyers[i], &keys[i], 1);
+        let out = gate.reserve(i as u64, &buyers[i], &keys[i], 1, None);
         debug_assert!(matches!(out, ReserveOutcome::Reserved { .. }));
         if render {
             black_box(gate.take_changes());
@@ -117,7 +117,7 @@ fn main() {
     for _ in 0..runs {
         let start = Instant::now();
         for i in n..2 * n {
-            let out = gate.reserve(n as u64, &buyers[i], &keys[i], 1);
+            let out = gate.reserve(n as u64, &buyers[i], &keys[i], 1, None);
             debug_assert_eq!(out, ReserveOutcome::SoldOut);
             black_box(out);
         }
@@ -139,7 +139,7 @@ fn main() {
             let now = i as u64;
             let expired = gate.handle_timeout(now);
             debug_assert_eq!(expired, 1);
-            let out = gate.reserve(now, &buyers[i], &keys[i], 1);
+            let out = gate.reserve(now, &buyers[i], &keys[i], 1, None);
             debug_assert!(matches!(out, ReserveOutcome::Reserved { .. }));
             black_box(gate.take_changes());
         }

@@ -19,6 +19,16 @@ impl Gate {
                 self.available, self.held, self.sold, self.stock_total
             ));
         }
+        let advancing = self.available > 0 && self.mode == crate::config::Mode::Active;
+        if self.admission.advancing != advancing {
+            return Err(format!(
+                "the waiting room advances ({}) while the gate can sell ({advancing})",
+                self.admission.advancing
+            ));
+        }
+        if self.admission.base_milli > self.admission.reported().saturating_mul(1000) {
+            return Err("the waiting room admitted more than was reported".into());
+        }
         self.store.audit()?;
         self.buyers.audit()?;
         let (mut held, mut sold, mut live, mut tomb) = (0u64, 0u64, 0u32, 0u32);

@@ -54,6 +54,15 @@ impl Buyers {
         &self.entry(slot).id
     }
 
+    /// Every buyer who holds or bought at least one unit.
+    pub fn ids_with_units(&self) -> impl Iterator<Item = &str> {
+        self.slots
+            .iter()
+            .flatten()
+            .filter(|e| e.units > 0)
+            .map(|e| &*e.id)
+    }
+
     pub fn units(&self, slot: BuyerSlot) -> u32 {
         self.entry(slot).units
     }

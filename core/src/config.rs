@@ -38,6 +38,25 @@ pub mod limits {
     /// The most reservation records (live holds plus tombstones kept for
     /// idempotent replay) a product may configure.
     pub const RESERVATIONS_MAX_MAX: u32 = 4_000_000;
+    /// The fastest a waiting room may admit, in tickets per second.
+    pub const ADMIT_PER_S_MAX: u32 = 100_000;
+    /// The longest pre-queue before an opening: one day.
+    pub const PREQUEUE_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+    /// How long a waiting-room ticket may live, at least and at most.
+    pub const TICKET_TTL_MS_MIN: u64 = 60 * 1000;
+    pub const TICKET_TTL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+    /// The most reserve attempts per buyer per window a product may allow.
+    pub const ATTEMPTS_PER_WINDOW_MAX_MAX: u32 = 10_000;
+    /// The shortest and longest pacing window.
+    pub const ATTEMPT_WINDOW_MS_MIN: u64 = 1_000;
+    pub const ATTEMPT_WINDOW_MS_MAX: u64 = 60_000;
+    /// The most buyers the object paces at once, within one window. Past
+    /// it, further buyers are not tracked until the window turns: the
+    /// edge's per-buyer rate limit still holds them.
+    pub const PACED_BUYERS_MAX: usize = 100_000;
+    /// The most arrival seconds a waiting room keeps counts for; older
+    /// counts are folded into one total.
+    pub const QUEUE_BUCKETS_MAX: usize = 86_400;
 
     const _: () = assert!(OUTBOX_BACKOFF_BASE_MS <= OUTBOX_BACKOFF_CAP_MS);
     const _: () = assert!(HOLD_TTL_MS_MIN <= HOLD_TTL_MS_MAX);
@@ -48,6 +67,8 @@ pub mod limits {
     // Sums of units and instants stay exact as JavaScript numbers.
     const _: () = assert!(STOCK_UNITS_MAX <= INSTANT_MS_MAX);
     const _: () = assert!(INSTANT_MS_MAX < 1 << 53);
+    const _: () = assert!(TICKET_TTL_MS_MIN <= TICKET_TTL_MS_MAX);
+    const _: () = assert!(ATTEMPT_WINDOW_MS_MIN <= ATTEMPT_WINDOW_MS_MAX);
 }
 
 /// The admin-set mode of a sale. The phase a buyer sees also depends on the
@@ -127,6 +148,19 @@ pub struct Config {
     /// At the limit a new reserve is refused with `Overloaded` until the
     /// oldest tombstone ages out; nothing already promised is forgotten.
     pub reservations_max: u32,
+    /// The waiting room's admission rate, in tickets per second; 0 means
+    /// no waiting room, and reserves need no ticket.
+    pub admit_per_s: u32,
+    /// How long before `opens_at_ms` the waiting room takes arrivals. All
+    /// of them are ordered at random at the opening (a fair lottery), ahead
+    /// of everyone who arrives later.
+    pub prequeue_ms: u64,
+    /// How long a waiting-room ticket lives from its arrival.
+    pub ticket_ttl_ms: u64,
+    /// At most this many reserve attempts per buyer per `attempt_window_ms`
+    /// reach a decision; more are refused with `Paced`. Replays are free.
+    pub attempts_per_window_max: u32,
+    pub attempt_window_ms: u64,
 }
 
 impl Default for Config {
@@ -139,6 +173,11 @@ impl Default for Config {
             opens_at_ms: None,
             closes_at_ms: None,
             reservations_max: 1_000_000,
+            admit_per_s: 0,
+            prequeue_ms: 0,
+            ticket_ttl_ms: 60 * 60 * 1000,
+            attempts_per_window_max: 20,
+            attempt_window_ms: 10_000,
         }
     }
 }
@@ -153,6 +192,11 @@ pub enum ConfigError {
     Instant,
     Window,
     ReservationsMax,
+    AdmitPerS,
+    Prequeue,
+    TicketTtl,
+    AttemptsPerWindow,
+    AttemptWindow,
 }
 
 impl ConfigError {
@@ -177,6 +221,19 @@ impl ConfigError {
             ConfigError::ReservationsMax => {
                 format!("reservations_max must be between 1 and {RESERVATIONS_MAX_MAX}")
             }
+            ConfigError::AdmitPerS => format!("admit_per_s must be at most {ADMIT_PER_S_MAX}"),
+            ConfigError::Prequeue => format!(
+                "prequeue_ms must be at most {PREQUEUE_MS_MAX}, and needs opens_at_ms"
+            ),
+            ConfigError::TicketTtl => format!(
+                "ticket_ttl_ms must be between {TICKET_TTL_MS_MIN} and {TICKET_TTL_MS_MAX}"
+            ),
+            ConfigError::AttemptsPerWindow => format!(
+                "attempts_per_window_max must be between 1 and {ATTEMPTS_PER_WINDOW_MAX_MAX}"
+            ),
+            ConfigError::AttemptWindow => format!(
+                "attempt_window_ms must be between {ATTEMPT_WINDOW_MS_MIN} and {ATTEMPT_WINDOW_MS_MAX}"
+            ),
         }
     }
 }
@@ -212,6 +269,27 @@ impl Config {
         }
         if self.reservations_max == 0 || self.reservations_max > limits::RESERVATIONS_MAX_MAX {
             return Err(ConfigError::ReservationsMax);
+        }
+        if self.admit_per_s > limits::ADMIT_PER_S_MAX {
+            return Err(ConfigError::AdmitPerS);
+        }
+        if self.prequeue_ms > limits::PREQUEUE_MS_MAX
+            || (self.prequeue_ms > 0 && self.opens_at_ms.is_none())
+        {
+            return Err(ConfigError::Prequeue);
+        }
+        if !(limits::TICKET_TTL_MS_MIN..=limits::TICKET_TTL_MS_MAX).contains(&self.ticket_ttl_ms) {
+            return Err(ConfigError::TicketTtl);
+        }
+        if self.attempts_per_window_max == 0
+            || self.attempts_per_window_max > limits::ATTEMPTS_PER_WINDOW_MAX_MAX
+        {
+            return Err(ConfigError::AttemptsPerWindow);
+        }
+        if !(limits::ATTEMPT_WINDOW_MS_MIN..=limits::ATTEMPT_WINDOW_MS_MAX)
+            .contains(&self.attempt_window_ms)
+        {
+            return Err(ConfigError::AttemptWindow);
         }
         Ok(())
     }
@@ -268,6 +346,16 @@ pub struct ConfigPatch {
     pub closes_at_ms: Option<Option<u64>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservations_max: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admit_per_s: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prequeue_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticket_ttl_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts_per_window_max: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt_window_ms: Option<u64>,
 }
 
 /// A member that is present, possibly as `null`. An absent member is `None`
@@ -290,6 +378,11 @@ impl ConfigPatch {
             opens_at_ms,
             closes_at_ms,
             reservations_max,
+            admit_per_s,
+            prequeue_ms,
+            ticket_ttl_ms,
+            attempts_per_window_max,
+            attempt_window_ms,
         } = *self;
         let Config {
             per_buyer_max: c_per_buyer_max,
@@ -299,6 +392,11 @@ impl ConfigPatch {
             opens_at_ms: c_opens_at_ms,
             closes_at_ms: c_closes_at_ms,
             reservations_max: c_reservations_max,
+            admit_per_s: c_admit_per_s,
+            prequeue_ms: c_prequeue_ms,
+            ticket_ttl_ms: c_ticket_ttl_ms,
+            attempts_per_window_max: c_attempts_per_window_max,
+            attempt_window_ms: c_attempt_window_ms,
         } = *c;
         Config {
             per_buyer_max: per_buyer_max.unwrap_or(c_per_buyer_max),
@@ -308,6 +406,11 @@ impl ConfigPatch {
             opens_at_ms: opens_at_ms.unwrap_or(c_opens_at_ms),
             closes_at_ms: closes_at_ms.unwrap_or(c_closes_at_ms),
             reservations_max: reservations_max.unwrap_or(c_reservations_max),
+            admit_per_s: admit_per_s.unwrap_or(c_admit_per_s),
+            prequeue_ms: prequeue_ms.unwrap_or(c_prequeue_ms),
+            ticket_ttl_ms: ticket_ttl_ms.unwrap_or(c_ticket_ttl_ms),
+            attempts_per_window_max: attempts_per_window_max.unwrap_or(c_attempts_per_window_max),
+            attempt_window_ms: attempt_window_ms.unwrap_or(c_attempt_window_ms),
         }
     }
 }

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeSet;
 
+use crate::admission::{Admission, Arrivals, Rules, Ticket};
 use crate::buyers::Buyers;
 use crate::config::{limits, Config, ConfigPatch, Mode, Phase};
 use crate::outbox::{Outbox, OutboxEntry, OutboxEvent};
@@ -16,6 +17,7 @@ use crate::outcome::{
     AckOutcome, AdminRefusal, CancelOutcome, ConfirmOutcome, Confirmation, InvalidInput,
     ReservationId, ReserveOutcome, Voided,
 };
+use crate::pacing::Pacing;
 use crate::rows::ItemKey;
 use crate::stats::{Counters, Stats};
 use crate::store::{HoldState, Paid, Reservation, Store, Void};
@@ -25,6 +27,7 @@ use crate::store::{HoldState, Paid, Reservation, Store, Void};
 pub(crate) struct Dirty {
     pub meta: bool,
     pub config: bool,
+    pub admission: bool,
     pub keys: Vec<ItemKey>,
 }
 
@@ -48,6 +51,10 @@ pub struct Gate {
     /// Every buyer some record refers to, with their units.
     pub(crate) buyers: Buyers,
     pub(crate) outbox: Outbox,
+    /// The waiting room's counts and progress (stored).
+    pub(crate) admission: Admission,
+    /// Reserve attempts per buyer in the current window (memory only).
+    pub(crate) pacing: Pacing,
     pub(crate) dirty: Dirty,
     pub(crate) counters: Counters,
 }
@@ -82,6 +89,9 @@ impl Gate {
         gate.available = stock_total;
         gate.dirty.meta = true;
         gate.dirty.config = true;
+        gate.admission
+            .checkpoint(now_ms, gate.admission_rules(), stock_total > 0);
+        gate.dirty.admission = true;
         gate.emit_stock(now_ms);
         gate.assert_stock();
         Ok(gate)
@@ -95,6 +105,7 @@ impl Gate {
         // A new product is active and has no holds, so any mode is allowed.
         if let Some(mode) = patch.mode {
             gate.mode = mode;
+            gate.sync_admission(now_ms);
         }
         Ok(gate)
     }
@@ -121,6 +132,8 @@ impl Gate {
             purge: BTreeSet::new(),
             buyers: Buyers::default(),
             outbox,
+            admission: Admission::default(),
+            pacing: Pacing::default(),
             dirty: Dirty::default(),
             counters: Counters::default(),
         }
@@ -159,15 +172,19 @@ impl Gate {
     /// Asks for `quantity` units for `buyer`, under the buyer's idempotency
     /// key. A refusal changes nothing and is not remembered: retrying it can
     /// never take stock twice, and it is decided afresh.
+    ///
+    /// A product with a waiting room (`admit_per_s > 0`) also needs the
+    /// buyer's `ticket`, as the edge verified it, and its turn to have come.
     pub fn reserve(
         &mut self,
         now_ms: u64,
         buyer: &str,
         idem_key: &str,
         quantity: u32,
+        ticket: Option<Ticket>,
     ) -> ReserveOutcome {
         self.settle(now_ms);
-        let outcome = self.reserve_decide(now_ms, buyer, idem_key, quantity);
+        let outcome = self.reserve_decide(now_ms, buyer, idem_key, quantity, ticket);
         self.counters.count_reserve(outcome.kind());
         outcome
     }
@@ -178,6 +195,7 @@ impl Gate {
         buyer: &str,
         idem_key: &str,
         quantity: u32,
+        ticket: Option<Ticket>,
     ) -> ReserveOutcome {
         if !field_ok(buyer, limits::BUYER_ID_BYTES_MAX) {
             return ReserveOutcome::InvalidInput(InvalidInput::BuyerId);
@@ -201,6 +219,15 @@ impl Gate {
                 ReserveOutcome::IdempotencyConflict { reservation_id: id }
             };
         }
+        // Every attempt past a replay counts against the buyer's pace,
+        // refused or not: that is what bounds a script's clicks.
+        let window_ms = self.config.attempt_window_ms;
+        let most = self.config.attempts_per_window_max;
+        if let Err(paced) = self.pacing.attempt(buyer, now_ms, window_ms, most) {
+            return ReserveOutcome::Paced {
+                retry_after_ms: paced.retry_after_ms,
+            };
+        }
         if quantity == 0 || quantity > self.config.quantity_max {
             return ReserveOutcome::InvalidQuantity {
                 quantity_max: self.config.quantity_max,
@@ -215,6 +242,21 @@ impl Gate {
             }
             Phase::Paused => return ReserveOutcome::Paused,
             Phase::Closed => return ReserveOutcome::Closed,
+        }
+        if self.config.admit_per_s > 0 {
+            let Some(ticket) = ticket else {
+                return ReserveOutcome::TicketRequired;
+            };
+            if ticket.arrived_ms.saturating_add(self.config.ticket_ttl_ms) <= now_ms {
+                return ReserveOutcome::TicketExpired;
+            }
+            let rules = self.admission_rules();
+            let key = ticket.key(rules.opens_at_ms);
+            if !self.admission.watermark(now_ms, rules).admits(key) {
+                return ReserveOutcome::NotAdmitted {
+                    position: self.admission.position(key, now_ms, rules).max(1),
+                };
+            }
         }
         if self.live_holds + self.tombstones >= self.config.reservations_max {
             return ReserveOutcome::Overloaded {
@@ -260,6 +302,7 @@ impl Gate {
         self.assert_stock();
         self.dirty.meta = true;
         self.dirty.keys.push(ItemKey::Reservation(id));
+        self.sync_admission(now_ms);
         ReserveOutcome::Reserved {
             reservation_id: id,
             expires_at_ms,
@@ -383,6 +426,7 @@ impl Gate {
                 HoldState::Held => {
                     let quantity = r.quantity;
                     self.release(id, HoldState::Cancelled);
+                    self.sync_admission(now_ms);
                     CancelOutcome::Cancelled { quantity }
                 }
             },
@@ -481,6 +525,7 @@ impl Gate {
         self.assert_stock();
         self.dirty.keys.push(ItemKey::Reservation(id));
         self.dirty.keys.push(ItemKey::Outbox(seq));
+        self.sync_admission(now_ms);
         Ok(Voided {
             reservation_id: id,
             quantity,
@@ -529,7 +574,54 @@ impl Gate {
             self.dirty.keys.push(ItemKey::Reservation(id));
         }
         self.counters.holds_expired += u64::from(expired);
+        if expired > 0 {
+            self.sync_admission(now_ms);
+        }
         expired
+    }
+
+    // ----- waiting room -----------------------------------------------------
+
+    pub(crate) fn admission_rules(&self) -> Rules {
+        Rules {
+            admit_per_s: self.config.admit_per_s,
+            opens_at_ms: self.config.opens_at_ms,
+        }
+    }
+
+    /// The waiting room advances only while there is stock to sell and the
+    /// sale is not paused or closed: admitting buyers to nothing would only
+    /// turn them away. A change is a checkpoint, and stored.
+    fn sync_admission(&mut self, now_ms: u64) {
+        let advancing = self.available > 0 && self.mode == Mode::Active;
+        if self.admission.advancing != advancing {
+            let rules = self.admission_rules();
+            self.admission.checkpoint(now_ms, rules, advancing);
+            self.dirty.admission = true;
+        }
+    }
+
+    /// An edge's report of the tickets it issued. Reports are what place
+    /// the watermark; see `admission`.
+    pub fn record_arrivals(&mut self, now_ms: u64, arrivals: &Arrivals) {
+        self.settle(now_ms);
+        if arrivals.is_empty() {
+            return;
+        }
+        let rules = self.admission_rules();
+        self.admission.record(now_ms, rules, arrivals);
+        self.dirty.admission = true;
+    }
+
+    /// The waiting room's state, for the edge to answer polls from.
+    pub fn admission(&self) -> &Admission {
+        &self.admission
+    }
+
+    /// The buyers who hold or bought units: the ones whose retries must
+    /// reach the object even when it has nothing left (their replays).
+    pub fn buyers_with_units(&self) -> impl Iterator<Item = &str> {
+        self.buyers.ids_with_units()
     }
 
     /// The next instant at which the gate has work: a hold to expire, a
@@ -588,6 +680,7 @@ impl Gate {
                     self.assert_stock();
                     self.dirty.meta = true;
                     self.emit_stock(now_ms);
+                    self.sync_admission(now_ms);
                 }
                 Ok(())
             }
@@ -627,6 +720,11 @@ impl Gate {
             opens_at_ms,
             closes_at_ms,
             reservations_max,
+            admit_per_s,
+            prequeue_ms,
+            ticket_ttl_ms,
+            attempts_per_window_max,
+            attempt_window_ms,
         } = *config;
         self.update(
             now_ms,
@@ -638,6 +736,11 @@ impl Gate {
                 opens_at_ms: Some(opens_at_ms),
                 closes_at_ms: Some(closes_at_ms),
                 reservations_max: Some(reservations_max),
+                admit_per_s: Some(admit_per_s),
+                prequeue_ms: Some(prequeue_ms),
+                ticket_ttl_ms: Some(ticket_ttl_ms),
+                attempts_per_window_max: Some(attempts_per_window_max),
+                attempt_window_ms: Some(attempt_window_ms),
                 ..ConfigPatch::default()
             },
         )
@@ -682,8 +785,16 @@ impl Gate {
                     .map(|(id, r)| (r.expires_at_ms.saturating_add(window), id))
                     .collect();
             }
+            let rules_before = self.admission_rules();
             self.config = config;
             self.dirty.config = true;
+            if self.admission_rules() != rules_before {
+                // What was admitted under the old rate stays admitted; the
+                // new rate counts from now.
+                let advancing = self.admission.advancing;
+                self.admission.checkpoint(now_ms, rules_before, advancing);
+                self.dirty.admission = true;
+            }
         }
         if let Some(t) = patch.stock_total.filter(|&t| t != self.stock_total) {
             self.stock_total = t;
@@ -698,6 +809,7 @@ impl Gate {
         }
         // A shorter window may already have ended for some tombstones.
         self.settle(now_ms);
+        self.sync_admission(now_ms);
         Ok(())
     }
 

@@ -16,6 +16,7 @@
 //! - Every confirmation, void and change of the stock total enters the
 //!   outbox in the same call (for I2).
 
+pub mod admission;
 mod audit;
 mod buyers;
 pub mod config;
@@ -23,11 +24,13 @@ pub mod gate;
 mod mix;
 pub mod outbox;
 pub mod outcome;
+mod pacing;
 mod persist;
 pub mod rows;
 pub mod stats;
 mod store;
 
+pub use admission::{Admission, Arrivals, QueueKey, Rules, Ticket, Watermark};
 pub use config::{limits, Config, ConfigError, ConfigPatch, Mode, Phase};
 pub use gate::{Gate, ReservationView};
 pub use mix::splitmix64;

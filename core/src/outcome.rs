@@ -94,6 +94,19 @@ pub enum ReserveOutcome {
     Overloaded {
         retry_after_ms: u64,
     },
+    /// The buyer made `attempts_per_window_max` attempts in this window;
+    /// the next is allowed after `retry_after_ms`.
+    Paced {
+        retry_after_ms: u64,
+    },
+    /// The product has a waiting room and the request carried no ticket.
+    TicketRequired,
+    /// The ticket is older than the product's `ticket_ttl_ms`.
+    TicketExpired,
+    /// The ticket's turn has not come; about `position` tickets are ahead.
+    NotAdmitted {
+        position: u64,
+    },
 }
 
 outcome_kinds! {
@@ -111,6 +124,10 @@ outcome_kinds! {
         InvalidQuantity => "invalid_quantity",
         InvalidInput => "invalid_input",
         Overloaded => "overloaded",
+        Paced => "rate_limited",
+        TicketRequired => "ticket_required",
+        TicketExpired => "ticket_expired",
+        NotAdmitted => "not_admitted",
     }
 }
 

@@ -24,6 +24,9 @@ impl Gate {
         if std::mem::take(&mut self.dirty.config) {
             out.push(Change::Put(Row::Config(self.config.clone())));
         }
+        if std::mem::take(&mut self.dirty.admission) {
+            out.push(Change::Put(Row::Admission(self.admission.clone())));
+        }
         for key in keys {
             let row = match key {
                 ItemKey::Reservation(id) => self.store.get(id).map(|_| self.reservation_row(id)),
@@ -39,7 +42,7 @@ impl Gate {
 
     /// True when changes are waiting to be taken.
     pub fn has_changes(&self) -> bool {
-        self.dirty.meta || self.dirty.config || !self.dirty.keys.is_empty()
+        self.dirty.meta || self.dirty.config || self.dirty.admission || !self.dirty.keys.is_empty()
     }
 
     fn reservation_row(&self, id: ReservationId) -> Row {
@@ -74,7 +77,11 @@ impl Gate {
     /// Every row of the gate, in key order: what storage holds once every
     /// change has been written.
     pub fn rows(&self) -> Vec<Row> {
-        let mut rows = vec![Row::Meta(self.meta_row()), Row::Config(self.config.clone())];
+        let mut rows = vec![
+            Row::Meta(self.meta_row()),
+            Row::Config(self.config.clone()),
+            Row::Admission(self.admission.clone()),
+        ];
         rows.extend(self.store.iter().map(|(id, _)| self.reservation_row(id)));
         rows.extend(self.outbox.iter().cloned().map(Row::Outbox));
         rows
@@ -84,6 +91,7 @@ impl Gate {
     pub fn restore(rows: impl IntoIterator<Item = Row>) -> Result<Gate, RestoreError> {
         let mut meta = None;
         let mut config = None;
+        let mut admission = None;
         let mut reservations = Vec::new();
         let mut outbox = Vec::new();
         for row in rows {
@@ -98,6 +106,11 @@ impl Gate {
                         return Err(RestoreError::DuplicateKey(RowKey::Config));
                     }
                 }
+                Row::Admission(a) => {
+                    if admission.replace(a).is_some() {
+                        return Err(RestoreError::DuplicateKey(RowKey::Admission));
+                    }
+                }
                 Row::Reservation(r) => reservations.push(r),
                 Row::Outbox(e) => outbox.push(e),
             }
@@ -105,6 +118,8 @@ impl Gate {
         let meta = meta.ok_or(RestoreError::MissingMeta)?;
         let config = config.ok_or(RestoreError::MissingConfig)?;
         config.validate().map_err(RestoreError::InvalidConfig)?;
+        let admission = admission.ok_or(RestoreError::MissingAdmission)?;
+        check_admission(&admission)?;
         let window = config.idem_window_ms;
         let mut gate = Gate::empty(
             config,
@@ -117,6 +132,7 @@ impl Gate {
                 meta.outbox_retry_at_ms,
             ),
         );
+        gate.admission = admission;
         reservations.sort_unstable_by_key(|r| r.id);
         let mut last_id = None;
         for row in reservations {
@@ -265,4 +281,25 @@ impl Gate {
         gate.assert_stock();
         Ok(gate)
     }
+}
+
+fn check_admission(a: &crate::admission::Admission) -> Result<(), RestoreError> {
+    let bad = |why| Err(RestoreError::BadAdmission(why));
+    if a.buckets.values().any(|&n| n == 0) {
+        return bad("an empty arrival second");
+    }
+    if a.buckets
+        .keys()
+        .next()
+        .is_some_and(|&s| s < a.folded_until_s)
+    {
+        return bad("an arrival second inside the fold");
+    }
+    if a.buckets.len() > limits::QUEUE_BUCKETS_MAX {
+        return bad("more arrival seconds than kept");
+    }
+    if a.base_milli > a.reported().saturating_mul(1000) {
+        return bad("more admitted than reported");
+    }
+    Ok(())
 }

@@ -9,6 +9,7 @@
 //! |----------------|----------------------|---------------------------|
 //! | `Meta`         | the single meta row  | `meta` (one row, id = 1)  |
 //! | `Config`       | the single config row| `config` (one row, id = 1)|
+//! | `Admission`    | the waiting room row | `admission` (one row)     |
 //! | `Reservation`  | reservation id       | `reservations`            |
 //! | `Outbox`       | outbox sequence      | `outbox`                  |
 //!
@@ -16,6 +17,7 @@
 //! stored: restore derives them from the reservations, and checks that the
 //! stored stock total can carry them.
 
+use crate::admission::Admission;
 use crate::config::{Config, Mode};
 use crate::outbox::OutboxEntry;
 use crate::outcome::ReservationId;
@@ -25,6 +27,7 @@ use crate::store::HoldState;
 pub enum RowKey {
     Meta,
     Config,
+    Admission,
     Reservation(ReservationId),
     Outbox(u64),
 }
@@ -79,6 +82,7 @@ pub struct ReservationRow {
 pub enum Row {
     Meta(MetaRow),
     Config(Config),
+    Admission(Admission),
     Reservation(ReservationRow),
     Outbox(OutboxEntry),
 }
@@ -88,6 +92,7 @@ impl Row {
         match self {
             Row::Meta(_) => RowKey::Meta,
             Row::Config(_) => RowKey::Config,
+            Row::Admission(_) => RowKey::Admission,
             Row::Reservation(r) => RowKey::Reservation(r.id),
             Row::Outbox(e) => RowKey::Outbox(e.seq),
         }
@@ -115,6 +120,9 @@ impl Change {
 pub enum RestoreError {
     MissingMeta,
     MissingConfig,
+    MissingAdmission,
+    /// The waiting room's counts contradict themselves.
+    BadAdmission(&'static str),
     InvalidConfig(crate::config::ConfigError),
     /// Held plus sold units exceed the stored total: I1 would break.
     Oversold {

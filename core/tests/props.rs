@@ -53,7 +53,7 @@ fn apply(g: &mut Gate, now: &mut u64, op: &Op) -> Result<(), TestCaseError> {
         Op::Reserve { buyer, key, qty } => {
             let b = format!("b{buyer}");
             let k = format!("k{key}");
-            let out = g.reserve(*now, &b, &k, qty);
+            let out = g.reserve(*now, &b, &k, qty, None);
             let settled = g.stats(*now);
             match out {
                 ReserveOutcome::Reserved {
@@ -68,7 +68,7 @@ fn apply(g: &mut Gate, now: &mut u64, op: &Op) -> Result<(), TestCaseError> {
                     let v = g.reservation(*now, reservation_id, &b).unwrap();
                     prop_assert_eq!(v.state, HoldState::Held);
                     // Replaying it is answered from the record and takes nothing.
-                    let again = g.reserve(*now, &b, &k, qty);
+                    let again = g.reserve(*now, &b, &k, qty, None);
                     prop_assert_eq!(
                         again,
                         ReserveOutcome::Replayed {
@@ -222,7 +222,7 @@ proptest! {
         let mut g = Gate::new(0, Config { per_buyer_max: 1, quantity_max: 1, ..Config::default() }, n as u64).unwrap();
         for i in 0..n {
             let b = format!("b{i}");
-            let ReserveOutcome::Reserved { reservation_id, .. } = g.reserve(0, &b, "k", 1) else {
+            let ReserveOutcome::Reserved { reservation_id, .. } = g.reserve(0, &b, "k", 1, None) else {
                 return Err(TestCaseError::fail("reserve refused"));
             };
             let confirmed = matches!(g.confirm(1, reservation_id, &b, "p"), ConfirmOutcome::Confirmed(_));

@@ -67,7 +67,7 @@ impl Harness {
         let num = |i: usize| -> u64 { w[i].parse().expect("number") };
         let g = &mut self.gate;
         match w[0] {
-            "reserve" => format!("{:?}", g.reserve(now, w[1], w[2], num(3) as u32)),
+            "reserve" => format!("{:?}", g.reserve(now, w[1], w[2], num(3) as u32, None)),
             "confirm" => format!("{:?}", g.confirm(now, num(1), w[2], w[3])),
             "cancel" => format!("{:?}", g.cancel(now, num(1), w[2])),
             "timeout" => format!("expired {}", g.handle_timeout(now)),

@@ -7,6 +7,10 @@
 //! trips in the middle of the run. After every step it checks:
 //! - the outcome equals the model's;
 //! - `Gate::audit` (I1, the indexes, per-buyer limits, outbox coverage);
+//! - the waiting room's reported and admitted counts equal the model's
+//!   (the model keeps its own `Admission`, checkpointed where its own rule
+//!   says the room starts or stops advancing), and per-buyer pacing is
+//!   modelled with plain counts;
 //! - every outcome counter and the expired-hold counter agree with the
 //!   model's own tally (both restart from zero at a restore, since counters
 //!   are telemetry and are not persisted);
@@ -22,9 +26,9 @@ use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use flashgate_core::{
-    backoff_ms, limits, splitmix64, AckOutcome, AdminRefusal, CancelOutcome, Change, Config,
-    ConfirmOutcome, Gate, HoldState, InvalidInput, ItemKey, Mode, OutboxEvent, Phase,
-    ReserveOutcome, Row, RowKey, Voided,
+    backoff_ms, limits, splitmix64, AckOutcome, AdminRefusal, Admission, Arrivals, CancelOutcome,
+    Change, Config, ConfirmOutcome, Gate, HoldState, InvalidInput, ItemKey, Mode, OutboxEvent,
+    Phase, ReserveOutcome, Row, RowKey, Rules, Ticket, Voided,
 };
 
 /// A tiny deterministic generator: the core's splitmix64. The test needs no
@@ -96,6 +100,12 @@ struct Model {
     lease: Option<(u64, u64)>,
     /// Holds expired since the last restore, as the gate's counter counts.
     expired: u64,
+    /// Pacing: the window and each buyer's attempts in it.
+    pace_window: u64,
+    pace: BTreeMap<String, u32>,
+    /// The waiting room, driven by the model's own rule for when it
+    /// advances.
+    adm: Admission,
 }
 
 impl Model {
@@ -129,6 +139,20 @@ impl Model {
             !(matches!(r.state, HoldState::Cancelled | HoldState::Expired)
                 && r.expires_at + window <= now)
         });
+    }
+    fn rules(&self) -> Rules {
+        Rules {
+            admit_per_s: self.config.admit_per_s,
+            opens_at_ms: self.config.opens_at_ms,
+        }
+    }
+    /// The room advances while there is stock and the mode is active.
+    fn sync(&mut self, now: u64) {
+        let advancing = self.available() > 0 && self.mode == Mode::Active;
+        if self.adm.advancing != advancing {
+            let rules = self.rules();
+            self.adm.checkpoint(now, rules, advancing);
+        }
     }
     fn unconfirmed(&self) -> impl Iterator<Item = &MRes> {
         self.res.iter().filter(|r| !r.state.paid())
@@ -179,7 +203,14 @@ impl Model {
             .sum()
     }
 
-    fn reserve(&mut self, now: u64, buyer: &str, key: &str, qty: u32) -> ReserveOutcome {
+    fn reserve(
+        &mut self,
+        now: u64,
+        buyer: &str,
+        key: &str,
+        qty: u32,
+        ticket: Option<Ticket>,
+    ) -> ReserveOutcome {
         self.settle(now);
         if buyer.is_empty() || buyer.len() > limits::BUYER_ID_BYTES_MAX {
             return ReserveOutcome::InvalidInput(InvalidInput::BuyerId);
@@ -200,6 +231,25 @@ impl Model {
                 }
             };
         }
+        let window = now / self.config.attempt_window_ms;
+        if window != self.pace_window {
+            self.pace_window = window;
+            self.pace.clear();
+        }
+        match self.pace.get(buyer).copied() {
+            Some(n) if n >= self.config.attempts_per_window_max => {
+                return ReserveOutcome::Paced {
+                    retry_after_ms: (window + 1) * self.config.attempt_window_ms - now,
+                };
+            }
+            Some(n) => {
+                self.pace.insert(buyer.into(), n + 1);
+            }
+            None if self.pace.len() < limits::PACED_BUYERS_MAX => {
+                self.pace.insert(buyer.into(), 1);
+            }
+            None => {}
+        }
         if qty == 0 || qty > self.config.quantity_max {
             return ReserveOutcome::InvalidQuantity {
                 quantity_max: self.config.quantity_max,
@@ -215,6 +265,22 @@ impl Model {
         if let Some(t) = c.opens_at_ms.filter(|&t| now < t) {
             return ReserveOutcome::NotOpen { opens_at_ms: t };
         }
+        if c.admit_per_s > 0 {
+            let Some(t) = ticket else {
+                return ReserveOutcome::TicketRequired;
+            };
+            if t.arrived_ms + c.ticket_ttl_ms <= now {
+                return ReserveOutcome::TicketExpired;
+            }
+            let rules = self.rules();
+            let key = t.key(rules.opens_at_ms);
+            if !self.adm.watermark(now, rules).admits(key) {
+                return ReserveOutcome::NotAdmitted {
+                    position: self.adm.position(key, now, rules).max(1),
+                };
+            }
+        }
+        let c = &self.config;
         if self.unconfirmed().count() >= c.reservations_max as usize {
             let at = self
                 .unconfirmed()
@@ -340,6 +406,8 @@ struct Sim {
     /// (buyer, key, qty) of earlier reserve requests, for replays.
     sent: Vec<(String, String, u32)>,
     key_counter: u64,
+    /// Tickets reported to the waiting room, for reserves to carry.
+    tickets: Vec<Ticket>,
     restores: u64,
     /// `op:code` of every outcome produced, for the coverage test.
     seen: std::collections::BTreeSet<String>,
@@ -361,14 +429,36 @@ fn random_config(rng: &mut Rng, now: u64) -> Config {
         } else {
             10_000
         },
+        admit_per_s: if rng.chance(30) {
+            rng.range(1, 50) as u32
+        } else {
+            0
+        },
+        prequeue_ms: 0,
+        ticket_ttl_ms: rng.range(limits::TICKET_TTL_MS_MIN, 120_000),
+        attempts_per_window_max: if rng.chance(30) {
+            rng.range(1, 5) as u32
+        } else {
+            1_000
+        },
+        attempt_window_ms: rng.range(limits::ATTEMPT_WINDOW_MS_MIN, 5_000),
     }
+}
+
+/// A config with a pre-queue when it has an opening.
+fn with_prequeue(rng: &mut Rng, mut c: Config) -> Config {
+    if c.opens_at_ms.is_some() && rng.chance(50) {
+        c.prequeue_ms = rng.range(1, 5_000);
+    }
+    c
 }
 
 impl Sim {
     fn new(seed: u64) -> Sim {
         let mut rng = Rng(seed);
         let now = 1_000_000;
-        let mut config = random_config(&mut rng, now);
+        let config = random_config(&mut rng, now);
+        let mut config = with_prequeue(&mut rng, config);
         if let (Some(o), Some(c)) = (config.opens_at_ms, config.closes_at_ms) {
             if o >= c {
                 config.closes_at_ms = None;
@@ -376,6 +466,15 @@ impl Sim {
         }
         let total = rng.range(0, 40);
         let gate = Gate::new(now, config.clone(), total).expect("valid config");
+        let mut adm = Admission::default();
+        adm.checkpoint(
+            now,
+            Rules {
+                admit_per_s: config.admit_per_s,
+                opens_at_ms: config.opens_at_ms,
+            },
+            total > 0,
+        );
         let buyers = (0..rng.range(2, 30))
             .map(|i| format!("buyer-{i}"))
             .collect();
@@ -392,6 +491,9 @@ impl Sim {
             retry_at: 0,
             lease: None,
             expired: 0,
+            pace_window: 0,
+            pace: BTreeMap::new(),
+            adm,
         };
         let mut sim = Sim {
             rng,
@@ -402,6 +504,7 @@ impl Sim {
             buyers,
             sent: Vec::new(),
             key_counter: 0,
+            tickets: Vec::new(),
             restores: 0,
             seen: Default::default(),
             tally: BTreeMap::new(),
@@ -423,6 +526,28 @@ impl Sim {
                     );
                 }
             }
+        }
+    }
+
+    /// The ticket a reserve carries: none, an expired one, a reported one,
+    /// or one never reported.
+    fn ticket(&mut self) -> Option<Ticket> {
+        let ttl = self.model.config.ticket_ttl_ms;
+        match self.rng.below(10) {
+            0 => None,
+            1 => Some(Ticket {
+                arrived_ms: self.now.saturating_sub(ttl + self.rng.below(1_000)),
+                tiebreak: self.rng.next() as u32,
+            }),
+            2 => Some(Ticket {
+                arrived_ms: self.now.saturating_sub(self.rng.below(2_000)),
+                tiebreak: self.rng.next() as u32,
+            }),
+            _ if !self.tickets.is_empty() => {
+                let i = self.rng.below(self.tickets.len() as u64) as usize;
+                Some(self.tickets[i])
+            }
+            _ => None,
         }
     }
 
@@ -485,9 +610,10 @@ impl Sim {
                     (buyer, key, qty as u32)
                 };
                 self.sent.push((buyer.clone(), key.clone(), qty));
-                let want = self.model.reserve(self.now, &buyer, &key, qty);
-                let got = self.gate.reserve(self.now, &buyer, &key, qty);
-                desc = format!("reserve({buyer}, {key}, {qty}) -> {got:?}");
+                let ticket = self.ticket();
+                let want = self.model.reserve(self.now, &buyer, &key, qty, ticket);
+                let got = self.gate.reserve(self.now, &buyer, &key, qty, ticket);
+                desc = format!("reserve({buyer}, {key}, {qty}, {ticket:?}) -> {got:?}");
                 self.count("reserve", got.code());
                 assert_eq!(got, want, "{desc}");
                 if !matches!(got, ReserveOutcome::Reserved { .. }) {
@@ -637,6 +763,29 @@ impl Sim {
                 }
             }
             90..=95 => desc = self.admin(),
+            _ if self.rng.chance(50) => {
+                // An edge reports the tickets it issued.
+                let opens = self.model.config.opens_at_ms;
+                let mut arrivals = Arrivals::default();
+                for _ in 0..self.rng.range(0, 20) {
+                    let t = Ticket {
+                        arrived_ms: self.now.saturating_sub(self.rng.below(5_000)),
+                        tiebreak: self.rng.next() as u32,
+                    };
+                    arrivals.add(&t, opens);
+                    self.tickets.push(t);
+                }
+                if self.tickets.len() > 200 {
+                    self.tickets.drain(..100);
+                }
+                self.gate.record_arrivals(self.now, &arrivals);
+                let m = &mut self.model;
+                m.settle(self.now);
+                m.sync(self.now);
+                let rules = m.rules();
+                m.adm.record(self.now, rules, &arrivals);
+                desc = format!("record_arrivals({arrivals:?})");
+            }
             _ => {
                 // A persistence round trip: rebuild from storage alone.
                 self.write_changes();
@@ -650,9 +799,11 @@ impl Sim {
                 self.gate = restored;
                 // The lease is not persisted: a batch that was out goes again.
                 self.model.lease = None;
-                // Counters are telemetry: they restart with the restored gate.
+                // Counters are telemetry: they restart with the restored gate,
+                // and so does pacing, which lives in memory only.
                 self.tally.clear();
                 self.model.expired = 0;
+                self.model.pace.clear();
                 self.restores += 1;
                 desc = "restore".into();
             }
@@ -667,6 +818,8 @@ impl Sim {
             match &change {
                 Change::Delete(ItemKey::Reservation(_)) => {}
                 Change::Put(Row::Reservation(r)) if r.state == HoldState::Expired => {}
+                // Expiry may give stock back, which restarts the waiting room.
+                Change::Put(Row::Admission(_)) => {}
                 other => panic!("{desc} wrote {other:?}"),
             }
             // Apply it, so that storage stays complete.
@@ -760,10 +913,22 @@ impl Sim {
                     }
                 }
                 let most = self.buyers.iter().map(|b| m.used(b)).max().unwrap_or(0);
+                let c = with_prequeue(&mut self.rng, c);
                 let got = self.gate.configure(now, &c);
                 let want = if c.per_buyer_max < most {
                     Err(AdminRefusal::BuyerAboveLimit { units: most })
                 } else {
+                    let before = m.rules();
+                    if c != m.config {
+                        let after = Rules {
+                            admit_per_s: c.admit_per_s,
+                            opens_at_ms: c.opens_at_ms,
+                        };
+                        if after != before {
+                            let advancing = m.adm.advancing;
+                            m.adm.checkpoint(now, before, advancing);
+                        }
+                    }
                     m.config = c.clone();
                     m.settle(now);
                     Ok(())
@@ -825,6 +990,21 @@ impl Sim {
             assert_eq!(n, want, "counter {op}:{code}");
         }
         assert_eq!(s.counters.holds_expired, m.expired, "counter holds_expired");
+        let rules = m.rules();
+        let adm = self.gate.admission();
+        assert_eq!(
+            (
+                adm.reported(),
+                adm.admitted_milli(self.now, rules),
+                adm.advancing
+            ),
+            (
+                m.adm.reported(),
+                m.adm.admitted_milli(self.now, rules),
+                m.adm.advancing
+            ),
+            "waiting room (reported, admitted, advancing)"
+        );
         // Storage, fed only by take_changes, is exactly the gate's rows.
         self.write_changes();
         let rows: Vec<&Row> = self.storage.values().collect();
@@ -856,6 +1036,8 @@ fn run_seed(seed: u64, ops: u64) -> Result<u64, String> {
     let result = catch_unwind(AssertUnwindSafe(|| {
         for step in 0..ops {
             last = format!("step {step}: {}", sim.step());
+            let now = sim.now;
+            sim.model.sync(now);
             sim.check();
         }
         sim.restores
@@ -912,6 +1094,8 @@ fn simulation_reaches_every_outcome() {
         let mut sim = Sim::new(seed);
         for _ in 0..2_000 {
             sim.step();
+            let now = sim.now;
+            sim.model.sync(now);
             sim.check();
         }
         seen.extend(sim.seen);
@@ -929,6 +1113,10 @@ fn simulation_reaches_every_outcome() {
         "reserve:invalid_quantity",
         "reserve:invalid_input",
         "reserve:overloaded",
+        "reserve:rate_limited",
+        "reserve:ticket_required",
+        "reserve:ticket_expired",
+        "reserve:not_admitted",
         "confirm:confirmed",
         "confirm:expired",
         "confirm:cancelled",

@@ -9,14 +9,8 @@ pub fn respond(reply: Reply) -> worker::Result<Response> {
     let headers = Headers::new();
     headers.set("content-type", reply.content_type())?;
     headers.set("cache-control", "no-store")?;
-    if let Some(s) = reply.retry_after_s {
-        headers.set("retry-after", &s.to_string())?;
-    }
-    if let Some(allow) = &reply.allow {
-        headers.set("allow", allow)?;
-    }
-    if let Some(challenge) = &reply.www_authenticate {
-        headers.set("www-authenticate", challenge)?;
+    for (name, value) in &reply.headers {
+        headers.set(name, value)?;
     }
     if reply.replayed {
         headers.set("idempotent-replayed", "true")?;

@@ -1,0 +1,411 @@
+//! The waiting room: who may reserve, in what order, and when.
+//!
+//! Tickets are issued at the edge, with no round trip to the product's
+//! object: a ticket names its buyer, when the buyer arrived, and a
+//! tiebreak (a keyed hash of the buyer, which the buyer cannot choose or
+//! re-roll). Every ticket has a place in one total order, its [`QueueKey`]:
+//! - arrivals during the pre-queue, before `opens_at_ms`, come first, in
+//!   the order of their tiebreaks: a lottery, since arriving early in the
+//!   pre-queue must not pay (ARCHITECTURE.md says why);
+//! - later arrivals follow, first come first served, ties by tiebreak.
+//!
+//! The object keeps a watermark in that order: every ticket below it is
+//! admitted. The watermark advances by `admit_per_s` tickets per second,
+//! and only while there is stock to sell and the sale is open. The object
+//! never sees the tickets themselves, so the edges report how many they
+//! issued (per arrival second, and in the pre-queue); the watermark is
+//! placed by those counts, assuming tiebreaks are uniform (they are hash
+//! outputs). Admission is therefore exact in order (FIFO: no ticket is
+//! admitted before an earlier one) and approximate only in how many pass
+//! per second.
+//!
+//! The state changes only at checkpoints (a report, a change of rate or of
+//! whether the gate can sell), so a stored copy and the live one agree at
+//! every instant: the admitted count in between is a function of the time.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::limits;
+
+/// A ticket as the edge verified it: when its buyer arrived, and its
+/// tiebreak.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ticket {
+    pub arrived_ms: u64,
+    pub tiebreak: u32,
+}
+
+/// A ticket's place in the queue's total order. The derived order is the
+/// queue's: every pre-queue key before every regular one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum QueueKey {
+    /// Arrived in the pre-queue: ordered by tiebreak, a lottery.
+    Prequeue { tiebreak: u32, arrived_ms: u64 },
+    /// Arrived once the sale opened: by arrival, ties by tiebreak.
+    Regular { arrived_ms: u64, tiebreak: u32 },
+}
+
+impl QueueKey {
+    /// The first key of all: a watermark here admits nobody.
+    pub const MIN: QueueKey = QueueKey::Prequeue {
+        tiebreak: 0,
+        arrived_ms: 0,
+    };
+}
+
+impl Ticket {
+    pub fn key(&self, opens_at_ms: Option<u64>) -> QueueKey {
+        if opens_at_ms.is_some_and(|o| self.arrived_ms < o) {
+            QueueKey::Prequeue {
+                tiebreak: self.tiebreak,
+                arrived_ms: self.arrived_ms,
+            }
+        } else {
+            QueueKey::Regular {
+                arrived_ms: self.arrived_ms,
+                tiebreak: self.tiebreak,
+            }
+        }
+    }
+}
+
+/// Tickets an edge issued since its last report.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Arrivals {
+    /// Arrivals before the opening.
+    pub prequeue: u64,
+    /// Later arrivals, as `(arrival second, count)`.
+    pub per_second: Vec<(u64, u64)>,
+}
+
+impl Arrivals {
+    pub fn is_empty(&self) -> bool {
+        self.prequeue == 0 && self.per_second.iter().all(|&(_, n)| n == 0)
+    }
+
+    /// Counts one ticket.
+    pub fn add(&mut self, ticket: &Ticket, opens_at_ms: Option<u64>) {
+        match ticket.key(opens_at_ms) {
+            QueueKey::Prequeue { .. } => self.prequeue += 1,
+            QueueKey::Regular { arrived_ms, .. } => {
+                let second = arrived_ms / 1000;
+                match self.per_second.iter_mut().find(|(s, _)| *s == second) {
+                    Some((_, n)) => *n += 1,
+                    None => self.per_second.push((second, 1)),
+                }
+            }
+        }
+    }
+}
+
+/// The waiting room's rates and window, from the product's config.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rules {
+    pub admit_per_s: u32,
+    pub opens_at_ms: Option<u64>,
+}
+
+/// The watermark: every ticket whose key is below `below` is admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Watermark {
+    pub below: QueueKey,
+}
+
+impl Watermark {
+    pub fn admits(&self, key: QueueKey) -> bool {
+        key < self.below
+    }
+}
+
+/// The waiting room's counts and admission progress.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Admission {
+    /// Tickets reported from the pre-queue.
+    pub prequeue: u64,
+    /// Regular tickets whose seconds were folded away (all admitted, or
+    /// past `QUEUE_BUCKETS_MAX` seconds): all before `folded_until_s`.
+    pub folded: u64,
+    pub folded_until_s: u64,
+    /// Regular tickets reported, per arrival second.
+    pub buckets: BTreeMap<u64, u64>,
+    /// Admitted tickets, in thousandths, as of `base_at_ms`.
+    pub base_milli: u64,
+    pub base_at_ms: u64,
+    /// Whether the count grows after `base_at_ms` (stock to sell, and the
+    /// sale not paused or closed).
+    pub advancing: bool,
+    /// The highest watermark given out before the last report. A report
+    /// that arrives late (tickets from a second the watermark has passed,
+    /// or from the pre-queue after the opening) moves the count-based
+    /// watermark back; this floor keeps everyone admitted admitted.
+    pub floor: Option<QueueKey>,
+}
+
+impl Admission {
+    /// Every ticket reported.
+    pub fn reported(&self) -> u64 {
+        self.prequeue + self.folded + self.buckets.values().sum::<u64>()
+    }
+
+    /// Admitted tickets at `now_ms`, in thousandths: the base, plus
+    /// `admit_per_s` per second since then while advancing (and the sale is
+    /// open), never more than were reported, so that no credit is banked
+    /// for a burst later.
+    pub fn admitted_milli(&self, now_ms: u64, rules: Rules) -> u64 {
+        let cap = self.reported().saturating_mul(1000);
+        if !self.advancing || rules.admit_per_s == 0 {
+            return self.base_milli.min(cap);
+        }
+        let from = self.base_at_ms.max(rules.opens_at_ms.unwrap_or(0));
+        let grown = u64::from(rules.admit_per_s).saturating_mul(now_ms.saturating_sub(from));
+        self.base_milli
+            .saturating_add(grown)
+            .min(cap.max(self.base_milli))
+    }
+
+    /// Fixes the admitted count at `now_ms` under the rules that held until
+    /// now, and from now on advances or not.
+    pub fn checkpoint(&mut self, now_ms: u64, rules: Rules, advancing: bool) {
+        self.base_milli = self.admitted_milli(now_ms, rules);
+        self.base_at_ms = self.base_at_ms.max(now_ms);
+        self.advancing = advancing;
+    }
+
+    /// Adds an edge's report, after a checkpoint so that the new arrivals
+    /// are not admitted by time that passed before they were reported.
+    pub fn record(&mut self, now_ms: u64, rules: Rules, arrivals: &Arrivals) {
+        let advancing = self.advancing;
+        self.checkpoint(now_ms, rules, advancing);
+        let before = self.watermark(now_ms, rules).below;
+        self.floor = Some(self.floor.map_or(before, |f| f.max(before)));
+        self.prequeue = self.prequeue.saturating_add(arrivals.prequeue);
+        for &(second, n) in &arrivals.per_second {
+            if n == 0 {
+                continue;
+            }
+            if second < self.folded_until_s {
+                // A late report for a second already folded: it joins the
+                // fold (it is that old).
+                self.folded = self.folded.saturating_add(n);
+            } else {
+                *self.buckets.entry(second).or_insert(0) += n;
+            }
+        }
+        self.compact();
+    }
+
+    /// Folds seconds that are wholly admitted, and the oldest seconds past
+    /// the bucket limit, into one count.
+    fn compact(&mut self) {
+        let admitted = self.base_milli / 1000;
+        while let Some((&second, &n)) = self.buckets.first_key_value() {
+            let before = self.prequeue + self.folded;
+            let wholly_admitted = before + n <= admitted;
+            if !wholly_admitted && self.buckets.len() <= limits::QUEUE_BUCKETS_MAX {
+                break;
+            }
+            self.buckets.remove(&second);
+            self.folded += n;
+            self.folded_until_s = second + 1;
+        }
+    }
+
+    /// The watermark at `now_ms`: never below the floor.
+    pub fn watermark(&self, now_ms: u64, rules: Rules) -> Watermark {
+        let counted = self.counted_watermark(now_ms, rules);
+        match self.floor {
+            Some(floor) if floor > counted.below => Watermark { below: floor },
+            _ => counted,
+        }
+    }
+
+    /// The watermark placed by the counts alone.
+    fn counted_watermark(&self, now_ms: u64, rules: Rules) -> Watermark {
+        let admitted = u128::from(self.admitted_milli(now_ms, rules));
+        let prequeue = u128::from(self.prequeue) * 1000;
+        if admitted < prequeue {
+            // A share of the pre-queue's tiebreak space, which is uniform.
+            let tiebreak = (admitted << 32) / prequeue;
+            return Watermark {
+                below: QueueKey::Prequeue {
+                    tiebreak: tiebreak as u32,
+                    arrived_ms: 0,
+                },
+            };
+        }
+        if self.folded == 0 && self.buckets.is_empty() {
+            // No regular ticket: every pre-queue ticket (if any) is in.
+            let below = if self.prequeue > 0 {
+                QueueKey::Regular {
+                    arrived_ms: 0,
+                    tiebreak: 0,
+                }
+            } else {
+                QueueKey::MIN
+            };
+            return Watermark { below };
+        }
+        let mut left = admitted - prequeue;
+        let folded = u128::from(self.folded) * 1000;
+        if left < folded || self.buckets.is_empty() {
+            // Inside the fold, or everything reported: the fold's end.
+            return Watermark {
+                below: QueueKey::Regular {
+                    arrived_ms: self.folded_until_s.saturating_mul(1000),
+                    tiebreak: 0,
+                },
+            };
+        }
+        left -= folded;
+        for (&second, &n) in &self.buckets {
+            let bucket = u128::from(n) * 1000;
+            if left < bucket {
+                // A share of the second's span of (millisecond, tiebreak).
+                let point = (left << 32) * 1000 / bucket;
+                return Watermark {
+                    below: QueueKey::Regular {
+                        arrived_ms: second * 1000 + (point >> 32) as u64,
+                        tiebreak: (point & 0xffff_ffff) as u32,
+                    },
+                };
+            }
+            left -= bucket;
+        }
+        let last = self.buckets.last_key_value().map_or(0, |(&s, _)| s);
+        Watermark {
+            below: QueueKey::Regular {
+                arrived_ms: (last + 1) * 1000,
+                tiebreak: 0,
+            },
+        }
+    }
+
+    /// About how many reported tickets are ahead of `key` and not yet
+    /// admitted: its estimated rank, less the admitted count.
+    pub fn position(&self, key: QueueKey, now_ms: u64, rules: Rules) -> u64 {
+        let rank_milli: u128 = match key {
+            QueueKey::Prequeue { tiebreak, .. } => {
+                (u128::from(self.prequeue) * 1000 * u128::from(tiebreak)) >> 32
+            }
+            QueueKey::Regular {
+                arrived_ms,
+                tiebreak,
+            } => {
+                let second = arrived_ms / 1000;
+                let mut rank = u128::from(self.prequeue + self.folded) * 1000;
+                for (&s, &n) in self.buckets.range(..=second) {
+                    let bucket = u128::from(n) * 1000;
+                    if s < second {
+                        rank += bucket;
+                    } else {
+                        let point = (u128::from(arrived_ms % 1000) << 32) | u128::from(tiebreak);
+                        rank += bucket * point / (1000u128 << 32);
+                    }
+                }
+                rank
+            }
+        };
+        let admitted = u128::from(self.admitted_milli(now_ms, rules));
+        (rank_milli.saturating_sub(admitted) / 1000) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OPEN: u64 = 1_000_000;
+
+    fn rules(rate: u32) -> Rules {
+        Rules {
+            admit_per_s: rate,
+            opens_at_ms: Some(OPEN),
+        }
+    }
+
+    #[test]
+    fn nothing_is_admitted_before_the_opening_and_the_prequeue_goes_first() {
+        let mut a = Admission::default();
+        let r = rules(10);
+        a.checkpoint(OPEN - 5_000, r, true);
+        let early = Ticket {
+            arrived_ms: OPEN - 4_000,
+            tiebreak: 1 << 31,
+        };
+        let late = Ticket {
+            arrived_ms: OPEN + 10,
+            tiebreak: 0,
+        };
+        let mut arrivals = Arrivals::default();
+        arrivals.add(&early, r.opens_at_ms);
+        arrivals.add(&late, r.opens_at_ms);
+        a.record(OPEN - 3_000, r, &arrivals);
+        assert_eq!(a.reported(), 2);
+        let w = a.watermark(OPEN - 1, r);
+        assert!(!w.admits(early.key(r.opens_at_ms)));
+        // 10 per second: 0.1 s admits one ticket's worth: the pre-queue's.
+        let w = a.watermark(OPEN + 100, r);
+        assert!(w.admits(early.key(r.opens_at_ms)));
+        assert!(!w.admits(late.key(r.opens_at_ms)));
+        let w = a.watermark(OPEN + 200, r);
+        assert!(w.admits(late.key(r.opens_at_ms)));
+    }
+
+    #[test]
+    fn no_credit_is_banked_while_the_queue_is_empty() {
+        let mut a = Admission::default();
+        let r = rules(1);
+        a.checkpoint(OPEN, r, true);
+        // An hour with nobody waiting, then a crowd of 100.
+        let mut arrivals = Arrivals::default();
+        for i in 0..100 {
+            arrivals.add(
+                &Ticket {
+                    arrived_ms: OPEN + 3_600_000,
+                    tiebreak: i * 1_000_000,
+                },
+                r.opens_at_ms,
+            );
+        }
+        a.record(OPEN + 3_600_000, r, &arrivals);
+        assert_eq!(a.admitted_milli(OPEN + 3_600_000, r), 0);
+        assert_eq!(a.admitted_milli(OPEN + 3_610_000, r), 10_000);
+    }
+
+    #[test]
+    fn the_watermark_stops_while_not_advancing() {
+        let mut a = Admission::default();
+        let r = rules(100);
+        let mut arrivals = Arrivals::default();
+        for i in 0..1000 {
+            arrivals.add(
+                &Ticket {
+                    arrived_ms: OPEN + i,
+                    tiebreak: 0,
+                },
+                r.opens_at_ms,
+            );
+        }
+        a.record(OPEN, r, &arrivals);
+        a.checkpoint(OPEN, r, true);
+        a.checkpoint(OPEN + 1_000, r, false);
+        assert_eq!(a.admitted_milli(OPEN + 60_000, r), 100_000);
+        a.checkpoint(OPEN + 60_000, r, true);
+        assert_eq!(a.admitted_milli(OPEN + 61_000, r), 200_000);
+        assert_eq!(
+            a.position(
+                Ticket {
+                    arrived_ms: OPEN + 500,
+                    tiebreak: 0
+                }
+                .key(r.opens_at_ms),
+                OPEN + 61_000,
+                r
+            ),
+            300
+        );
+    }
+}

@@ -1,0 +1,164 @@
+//! Property tests of the waiting room's order: whatever the arrivals (ties
+//! in time and in tiebreak included), the pre-queue, the reports' timing
+//! and lateness, the rate and the pauses, the admitted tickets are always a
+//! prefix of the queue's order (FIFO), nobody admitted is ever turned back,
+//! nothing is admitted before the opening, and everyone reported is
+//! admitted once enough time has passed. proptest prints the failing case.
+
+use flashgate_core::{Admission, Arrivals, QueueKey, Rules, Ticket};
+use proptest::prelude::*;
+
+const OPEN: u64 = 100_000;
+
+#[derive(Clone, Debug)]
+struct Case {
+    rate: u32,
+    prequeue_ms: u64,
+    /// (arrival offset from the opening, may be negative; tiebreak)
+    tickets: Vec<(i64, u32)>,
+    /// How late each report comes, in ms.
+    report_lag_ms: u64,
+    /// Instants (offsets from the opening) where selling stops or resumes.
+    toggles: Vec<i64>,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (
+        1u32..200,
+        0u64..20_000,
+        prop::collection::vec(
+            (
+                -20_000i64..40_000,
+                // Few distinct tiebreaks, so that ties happen.
+                prop_oneof![0u32..4, any::<u32>()],
+            ),
+            0..120,
+        ),
+        0u64..3_000,
+        prop::collection::vec(-5_000i64..60_000, 0..6),
+    )
+        .prop_map(|(rate, prequeue_ms, tickets, report_lag_ms, mut toggles)| {
+            // Pre-queue arrivals only inside the pre-queue window; the edge
+            // issues no ticket before it.
+            let tickets = tickets
+                .into_iter()
+                .filter(|&(at, _)| at >= -(prequeue_ms as i64))
+                .collect();
+            toggles.sort_unstable();
+            Case {
+                rate,
+                prequeue_ms,
+                tickets,
+                report_lag_ms,
+                toggles,
+            }
+        })
+}
+
+fn at(offset: i64) -> u64 {
+    (OPEN as i64 + offset) as u64
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn admission_is_fifo_monotone_and_complete(c in case()) {
+        let rules = Rules { admit_per_s: c.rate, opens_at_ms: Some(OPEN) };
+        let tickets: Vec<Ticket> = c
+            .tickets
+            .iter()
+            .map(|&(off, tiebreak)| Ticket { arrived_ms: at(off), tiebreak })
+            .collect();
+        let mut a = Admission::default();
+        let start = at(-(c.prequeue_ms as i64)) - 1;
+        a.checkpoint(start, rules, true);
+        let mut reported = vec![false; tickets.len()];
+        let mut admitted = vec![false; tickets.len()];
+        let mut toggles = c.toggles.iter().map(|&o| at(o)).peekable();
+        let mut advancing = true;
+        let mut now = start;
+        while now < at(40_000) + c.report_lag_ms + 1_000 {
+            now += 250;
+            while toggles.peek().is_some_and(|&t| t <= now) {
+                toggles.next();
+                advancing = !advancing;
+                a.checkpoint(now, rules, advancing);
+            }
+            // Report what arrived at least `report_lag_ms` ago.
+            let mut arrivals = Arrivals::default();
+            for (i, t) in tickets.iter().enumerate() {
+                if !reported[i] && t.arrived_ms + c.report_lag_ms <= now {
+                    reported[i] = true;
+                    arrivals.add(t, rules.opens_at_ms);
+                }
+            }
+            a.record(now, rules, &arrivals);
+
+            let w = a.watermark(now, rules);
+            for (i, t) in tickets.iter().enumerate() {
+                let key = t.key(rules.opens_at_ms);
+                let now_in = w.admits(key);
+                // Monotone: nobody admitted is turned back.
+                prop_assert!(!admitted[i] || now_in, "ticket {i} {key:?} un-admitted at {now}");
+                admitted[i] = now_in;
+                if now < OPEN {
+                    prop_assert!(!now_in, "ticket {i} admitted before the opening");
+                }
+            }
+            // FIFO: the admitted reported tickets are a prefix of the order.
+            let mut order: Vec<(QueueKey, bool)> = tickets
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| reported[i])
+                .map(|(i, t)| (t.key(rules.opens_at_ms), admitted[i]))
+                .collect();
+            order.sort();
+            let first_out = order.iter().position(|&(_, inn)| !inn).unwrap_or(order.len());
+            prop_assert!(
+                order[first_out..].iter().all(|&(_, inn)| !inn),
+                "an admitted ticket after a waiting one at {now}: {order:?}"
+            );
+            // The count never runs ahead of the reports.
+            prop_assert!(a.admitted_milli(now, rules) <= a.reported() * 1000);
+        }
+        // Complete: selling the whole time, everyone reported gets in.
+        if c.toggles.is_empty() {
+            let late = now + 1_000 * (tickets.len() as u64 / u64::from(c.rate) + 2);
+            let w = a.watermark(late, rules);
+            for t in &tickets {
+                prop_assert!(w.admits(t.key(rules.opens_at_ms)), "{t:?} never admitted");
+            }
+        }
+    }
+
+    #[test]
+    fn a_position_counts_down_to_admission(c in case()) {
+        let rules = Rules { admit_per_s: c.rate, opens_at_ms: Some(OPEN) };
+        let mut a = Admission::default();
+        a.checkpoint(0, rules, true);
+        let mut arrivals = Arrivals::default();
+        let tickets: Vec<Ticket> = c
+            .tickets
+            .iter()
+            .map(|&(off, tiebreak)| Ticket { arrived_ms: at(off), tiebreak })
+            .collect();
+        for t in &tickets {
+            arrivals.add(t, rules.opens_at_ms);
+        }
+        a.record(at(-(c.prequeue_ms as i64)), rules, &arrivals);
+        for t in &tickets {
+            let key = t.key(rules.opens_at_ms);
+            let mut last = u64::MAX;
+            let mut now = OPEN;
+            while !a.watermark(now, rules).admits(key) {
+                let p = a.position(key, now, rules);
+                prop_assert!(p <= last, "position rose from {last} to {p}");
+                prop_assert!(p <= a.reported());
+                last = p;
+                now += 100;
+                prop_assert!(now < OPEN + 10_000_000, "never admitted");
+            }
+        }
+    }
+}
