@@ -8,7 +8,7 @@
 //! `ROUTES` is the only list of the gate's routes: the router walks it, and a
 //! test checks it against `openapi.yaml`.
 
-use flashgate_core::{limits, ConfigPatch};
+use flashgate_core::{limits, Arrivals, ConfigPatch, Ticket};
 use flashgate_wire::bounds;
 use flashgate_wire::signing::Presented;
 use serde::de::DeserializeOwned;
@@ -38,6 +38,8 @@ pub enum RouteKind {
     AdminStats,
     AdminRestock,
     AdminVoid,
+    JoinQueue,
+    QueueStatus,
 }
 
 /// Every route of the gate: method, path template, and what it does. Path
@@ -48,6 +50,16 @@ pub const ROUTES: &[(&str, &str, RouteKind)] = &[
     ("GET", "/openapi.json", RouteKind::OpenApi),
     ("POST", "/api/session", RouteKind::Session),
     ("GET", "/api/products/{product_id}", RouteKind::GetProduct),
+    (
+        "POST",
+        "/api/products/{product_id}/queue",
+        RouteKind::JoinQueue,
+    ),
+    (
+        "GET",
+        "/api/products/{product_id}/queue",
+        RouteKind::QueueStatus,
+    ),
     (
         "POST",
         "/api/products/{product_id}/reservations",
@@ -95,6 +107,9 @@ pub enum Route {
     OpenApi,
     /// A dev session (an anonymous buyer token), minted by the Worker.
     Session,
+    /// The product's waiting room, answered by the edge: joining (a ticket
+    /// is issued) or polling a ticket's standing.
+    Queue { product_id: String, join: bool },
     /// A request for a product's Durable Object.
     Api(ApiRoute),
 }
@@ -153,6 +168,9 @@ pub enum Command {
         buyer: String,
         idem_key: String,
         quantity: u32,
+        /// The waiting-room ticket the edge verified, if one was sent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ticket: Option<Ticket>,
     },
     GetReservation {
         product_id: String,
@@ -185,6 +203,13 @@ pub enum Command {
         product_id: String,
         reservation_id: u64,
     },
+    /// The edge's refresh of its snapshot, with the tickets it issued since
+    /// the last one.
+    Snapshot {
+        product_id: String,
+        #[serde(default)]
+        arrivals: Arrivals,
+    },
 }
 
 impl Command {
@@ -199,7 +224,8 @@ impl Command {
             | Command::Upsert { product_id, .. }
             | Command::Restock { product_id, .. }
             | Command::Stats { product_id }
-            | Command::Void { product_id, .. } => product_id,
+            | Command::Void { product_id, .. }
+            | Command::Snapshot { product_id, .. } => product_id,
         }
     }
 }
@@ -213,6 +239,8 @@ pub struct Incoming<'a> {
     pub idempotency_key: Option<&'a str>,
     pub authorization: Option<&'a str>,
     pub cookie: Option<&'a str>,
+    /// A waiting-room ticket (`Flashgate-Ticket`).
+    pub ticket: Option<&'a str>,
     /// The signature headers of a payment confirmation.
     pub signature: Presented<'a>,
     pub body: &'a [u8],
@@ -324,6 +352,14 @@ pub fn route(method: &str, path: &str) -> Result<Route, Problem> {
         RouteKind::Page => Route::Page,
         RouteKind::OpenApi => Route::OpenApi,
         RouteKind::Session => Route::Session,
+        RouteKind::JoinQueue => Route::Queue {
+            product_id: product()?,
+            join: true,
+        },
+        RouteKind::QueueStatus => Route::Queue {
+            product_id: product()?,
+            join: false,
+        },
         RouteKind::GetProduct => Route::Api(ApiRoute::GetProduct(product()?)),
         RouteKind::Reserve => Route::Api(ApiRoute::Reserve(product()?)),
         RouteKind::GetReservation => {
@@ -423,11 +459,24 @@ pub fn parse(
                 }
                 _ => return Err(Problem::invalid_body("quantity must be a number")),
             };
+            // A ticket, if sent, must be this gate's, for this product and
+            // buyer, and unexpired; the object then checks its turn.
+            let ticket = match inc.ticket {
+                None => None,
+                Some(text) => Some(
+                    settings
+                        .ticket_key
+                        .verify(text, &product_id, &buyer, now_ms)
+                        .map_err(|e| e.problem())?
+                        .ticket(),
+                ),
+            };
             Command::Reserve {
                 product_id,
                 buyer,
                 idem_key,
                 quantity,
+                ticket,
             }
         }
         ApiRoute::GetReservation(product_id, rid) => Command::GetReservation {
@@ -523,6 +572,7 @@ mod tests {
         idempotency_key: Option<String>,
         authorization: Option<String>,
         cookie: Option<String>,
+        ticket: Option<String>,
         signed: Option<signing::Signed>,
         body: Vec<u8>,
     }
@@ -547,6 +597,7 @@ mod tests {
             idempotency_key: Some("\"k-1\"".into()),
             authorization: Some(format!("Bearer {}", buyer_token("alice"))),
             cookie: None,
+            ticket: None,
             signed: None,
             body: body.to_vec(),
         }
@@ -599,6 +650,7 @@ mod tests {
             idempotency_key: r.idempotency_key.as_deref(),
             authorization: r.authorization.as_deref(),
             cookie: r.cookie.as_deref(),
+            ticket: r.ticket.as_deref(),
             signature: Presented {
                 kid: r.signed.as_ref().map(|s| s.kid.as_str()),
                 timestamp: ts.as_deref(),
@@ -774,6 +826,33 @@ mod tests {
     }
 
     #[test]
+    fn a_ticket_must_be_the_buyers_own_for_this_product() {
+        let key = settings().ticket_key;
+        let with = |ticket: String| Req {
+            ticket: Some(ticket),
+            ..req("POST", "/api/products/p1/reservations", b"{\"quantity\":1}")
+        };
+        let (own, claims) = key.issue("p1", "alice", NOW - 1_000, 60_000);
+        match run(&with(own)).unwrap() {
+            Command::Reserve { ticket, .. } => assert_eq!(ticket, Some(claims.ticket())),
+            other => panic!("{other:?}"),
+        }
+        let refused = [
+            key.issue("p1", "bob", NOW - 1_000, 60_000).0,
+            key.issue("p2", "alice", NOW - 1_000, 60_000).0,
+            key.issue("p1", "alice", NOW - 70_000, 60_000).0,
+            crate::ticket::TicketKey::new(b"another-secret-of-thirty-two-byte")
+                .issue("p1", "alice", NOW - 1_000, 60_000)
+                .0,
+            "v1.e30.AAAA".into(),
+        ];
+        for t in refused {
+            let p = run(&with(t.clone())).unwrap_err();
+            assert_eq!(p.code, ProblemCode::TicketInvalid, "{t}");
+        }
+    }
+
+    #[test]
     fn good_requests_become_commands() {
         let i = req("POST", "/api/products/p1/reservations", b"{\"quantity\":2}");
         assert_eq!(
@@ -782,7 +861,8 @@ mod tests {
                 product_id: "p1".into(),
                 buyer: "alice".into(),
                 idem_key: "k-1".into(),
-                quantity: 2
+                quantity: 2,
+                ticket: None,
             }
         );
         let i = admin(
@@ -862,6 +942,8 @@ mod tests {
                 (Route::Page, RouteKind::Page)
                 | (Route::OpenApi, RouteKind::OpenApi)
                 | (Route::Session, RouteKind::Session) => true,
+                (Route::Queue { join: true, .. }, RouteKind::JoinQueue)
+                | (Route::Queue { join: false, .. }, RouteKind::QueueStatus) => true,
                 (Route::Api(a), k) => api_kind(a) == k,
                 _ => false,
             };

@@ -12,24 +12,30 @@
 //! - `object`: the Durable Object as a state machine over its storage;
 //! - `sql`: the object's SQLite schema and row mapping;
 //! - `delivery`: outbox batches and the classes of a failed delivery;
-//! - `read_cache`: the edge's product-read cache policy.
+//! - `edge_cache`, `buyer_filter`, `ticket`, `rate_limit`: admission at
+//!   the edge: the product snapshots the edge answers from, the buyers
+//!   whose retries must reach the object, waiting-room tickets, and the
+//!   rate limits' policies and answers.
 //!
 //! `wasm/` holds the shell, compiled only for wasm32: it executes SQL, sets
 //! alarms and fetches, and decides nothing.
 
 pub mod api;
 pub mod auth;
+pub mod buyer_filter;
 pub mod codes;
 pub mod delivery;
+pub mod edge_cache;
 pub mod ids;
 pub mod object;
 pub mod page;
 pub mod problem;
-pub mod read_cache;
+pub mod rate_limit;
 pub mod reply;
 pub mod service;
 pub mod settings;
 pub mod sql;
+pub mod ticket;
 pub mod time;
 pub mod views;
 

@@ -26,7 +26,7 @@ use crate::api::Command;
 use crate::delivery::{self, DeliveryError};
 use crate::reply::Reply;
 use crate::service::{self, Product};
-use crate::views::DeliveryStatus;
+use crate::views::ShellStatus;
 
 /// Why storage failed. The shell logs it; the client gets a 5xx.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,7 +91,7 @@ pub struct ProductObject {
     generation: u64,
     /// The alarm this object last set and that has not fired yet.
     alarm_at_ms: Option<u64>,
-    delivery: DeliveryStatus,
+    delivery: ShellStatus,
 }
 
 impl ProductObject {
@@ -103,7 +103,7 @@ impl ProductObject {
             poisoned: true,
             generation: 0,
             alarm_at_ms: None,
-            delivery: DeliveryStatus::default(),
+            delivery: ShellStatus::default(),
         }
     }
 
@@ -150,6 +150,9 @@ impl ProductObject {
         now_ms: u64,
     ) -> Result<Reply, StorageError> {
         self.ensure_loaded(store)?;
+        if matches!(cmd, Command::Snapshot { .. }) {
+            self.delivery.snapshots += 1;
+        }
         let existed = self.product.is_some();
         let reply = service::execute(
             &mut self.product,
@@ -280,7 +283,7 @@ impl ProductObject {
         self.poisoned
     }
 
-    pub fn delivery(&self) -> &DeliveryStatus {
+    pub fn delivery(&self) -> &ShellStatus {
         &self.delivery
     }
 }

@@ -13,7 +13,7 @@ use crate::ids::IdCodec;
 use crate::problem::Problem;
 use crate::reply::Reply;
 use crate::time::rfc3339;
-use crate::views::{self, DeliveryStatus};
+use crate::views::{self, ShellStatus};
 
 /// The product an object holds: its id, its gate, and the codec of its
 /// reservation ids, which exist together or not at all.
@@ -39,7 +39,7 @@ pub fn execute(
     product: &mut Option<Product>,
     cmd: &Command,
     now_ms: u64,
-    delivery: &DeliveryStatus,
+    delivery: &ShellStatus,
     id_secret: &[u8],
 ) -> Reply {
     let p = match (product.as_mut(), cmd) {
@@ -63,8 +63,9 @@ pub fn execute(
             buyer,
             idem_key,
             quantity,
+            ticket,
             ..
-        } => reserve_reply(ids, g.reserve(now_ms, buyer, idem_key, *quantity, None)),
+        } => reserve_reply(ids, g.reserve(now_ms, buyer, idem_key, *quantity, *ticket)),
         Command::GetReservation {
             buyer,
             reservation_id,
@@ -96,7 +97,14 @@ pub fn execute(
             Ok(()) => Reply::ok(200, views::product(g, id, now_ms)),
             Err(refusal) => admin_problem(refusal).into(),
         },
-        Command::Stats { .. } => Reply::ok(200, views::stats_value(id, &g.stats(now_ms), delivery)),
+        Command::Stats { .. } => Reply::ok(
+            200,
+            views::stats_value(id, &g.stats(now_ms), g.config().admit_per_s, delivery),
+        ),
+        Command::Snapshot { arrivals, .. } => {
+            g.record_arrivals(now_ms, arrivals);
+            Reply::ok(200, views::snapshot(g, id, now_ms))
+        }
         Command::Void { reservation_id, .. } => match g.void(now_ms, *reservation_id) {
             Ok(v) => Reply::ok(200, views::voided(ids, &v)),
             Err(refusal) => admin_problem(refusal).into(),
@@ -280,6 +288,7 @@ mod tests {
             buyer: buyer.into(),
             idem_key: key.into(),
             quantity: q,
+            ticket: None,
         }
     }
 
@@ -292,7 +301,7 @@ mod tests {
 
     #[test]
     fn outcomes_map_to_statuses() {
-        let d = DeliveryStatus::default();
+        let d = ShellStatus::default();
         let mut product = None;
         let secret = b"0123456789abcdef0123456789abcdef";
         let run = |p: &mut Option<Product>, cmd: &Command, now| execute(p, cmd, now, &d, secret);

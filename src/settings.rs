@@ -7,6 +7,9 @@
 
 use flashgate_wire::keys::{KeySet, KEY_BYTES_MIN};
 
+use crate::rate_limit::Policies;
+use crate::ticket::TicketKey;
+
 /// The audience buyer tokens must name unless `BUYER_TOKEN_AUDIENCE` says
 /// otherwise.
 pub const DEFAULT_AUDIENCE: &str = "flashgate";
@@ -22,8 +25,13 @@ pub struct Settings {
     pub payment_keys: KeySet,
     /// `ADMIN_TOKENS`: the admin's bearer tokens, with ids for rotation.
     pub admin_tokens: KeySet,
-    /// `ID_SECRET`: keys the permutation that makes reservation ids opaque.
+    /// `ID_SECRET`: keys the permutation that makes reservation ids opaque,
+    /// and (derived) the waiting-room tickets' signatures.
     pub id_secret: Vec<u8>,
+    pub ticket_key: TicketKey,
+    /// `RATE_LIMITS`: the policies the rate limiting bindings were given,
+    /// for the `RateLimit-Policy` field.
+    pub rate_limits: Policies,
     /// `DEV_SESSIONS=on`: `POST /api/session` mints anonymous buyer tokens.
     /// Off unless set; `scripts/dev` and the tests set it.
     pub dev_sessions: bool,
@@ -84,7 +92,16 @@ impl Settings {
                 keys: key_set(&get, "FORWARD_KEYS")?,
             }),
         };
+        let rate_limits = get("RATE_LIMITS")
+            .ok_or_else(|| "is not set".to_string())
+            .and_then(|text| Policies::parse(&text))
+            .map_err(|why| SettingsError {
+                var: "RATE_LIMITS",
+                why,
+            })?;
         Ok(Settings {
+            ticket_key: TicketKey::new(&id_secret),
+            rate_limits,
             buyer_keys: key_set(&get, "BUYER_TOKEN_KEYS")?,
             audience: get("BUYER_TOKEN_AUDIENCE")
                 .filter(|a| !a.is_empty())
@@ -115,6 +132,7 @@ pub(crate) mod tests {
             ("PAYMENT_KEYS", PAYMENT_KEYS),
             ("ADMIN_TOKENS", ADMIN_TOKENS),
             ("ID_SECRET", ID_SECRET),
+            ("RATE_LIMITS", "ip=100/10;buyer=20/10;admin=300/60"),
         ]
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))

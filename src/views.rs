@@ -5,26 +5,55 @@ use flashgate_core::{
     CancelKind, ConfirmKind, Confirmation, Gate, HoldState, Phase, ReservationView, ReserveKind,
     Stats, Voided,
 };
-use flashgate_wire::{CounterStats, GateStats, OutboxStats, SaleState};
+use flashgate_wire::{CounterStats, GateStats, OutboxStats, QueueStats, SaleState};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::buyer_filter::BuyerFilter;
+use crate::edge_cache::{QueueSnapshot, Snapshot};
 use crate::ids::IdCodec;
 use crate::time::rfc3339;
 
-/// How the shell's forwarding of the outbox is going, since the object
-/// loaded. Kept by the object, shown in the stats.
+/// What the object's shell has done since it loaded: how forwarding the
+/// outbox is going, and how many snapshots it gave the edge. Kept by the
+/// object, shown in the stats.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct DeliveryStatus {
+pub struct ShellStatus {
     pub last_error: Option<String>,
     pub last_success_ms: Option<u64>,
     /// Events the origin refused: a disagreement, never expected.
     pub refused: u64,
+    /// Snapshots served to the edge (each a trip that stood in for many).
+    pub snapshots: u64,
 }
 
 fn to_value(v: impl Serialize) -> Value {
     // Every view is a struct of numbers and strings, which always serialize.
     serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+/// The snapshot the object gives the edge (`edge_cache::Snapshot`).
+pub fn snapshot(g: &Gate, product_id: &str, now_ms: u64) -> Value {
+    let s = g.stats(now_ms);
+    let c = g.config();
+    let queue = (c.admit_per_s > 0).then(|| QueueSnapshot {
+        admit_per_s: c.admit_per_s,
+        opens_at_ms: c.opens_at_ms,
+        prequeue_ms: c.prequeue_ms,
+        ticket_ttl_ms: c.ticket_ttl_ms,
+        admission: g.admission().clone(),
+    });
+    // The buyers' filter is only needed, and only built, when nothing is
+    // left: it is what lets the edge answer sold_out for everyone else.
+    let buyers = (s.available == 0).then(|| BuyerFilter::build(g.buyers_with_units()));
+    to_value(Snapshot {
+        at_ms: now_ms,
+        product: product(g, product_id, now_ms),
+        available: s.available,
+        state: sale_state(s.phase),
+        queue,
+        buyers,
+    })
 }
 
 #[derive(Serialize)]
@@ -42,6 +71,10 @@ struct ProductView<'a> {
     per_buyer_max: u32,
     quantity_max: u32,
     hold_ttl_ms: u64,
+    /// The waiting room's rate; 0: none, reserve directly.
+    admit_per_s: u32,
+    prequeue_ms: u64,
+    ticket_ttl_ms: u64,
 }
 
 /// The public view of a product.
@@ -62,6 +95,9 @@ pub fn product(g: &Gate, product_id: &str, now_ms: u64) -> Value {
         per_buyer_max: c.per_buyer_max,
         quantity_max: c.quantity_max,
         hold_ttl_ms: c.hold_ttl_ms,
+        admit_per_s: c.admit_per_s,
+        prequeue_ms: c.prequeue_ms,
+        ticket_ttl_ms: c.ticket_ttl_ms,
     })
 }
 
@@ -170,7 +206,7 @@ pub fn sale_state(p: Phase) -> SaleState {
 }
 
 /// The admin stats: the core's, plus the shell's delivery status.
-pub fn stats(product_id: &str, s: &Stats, delivery: &DeliveryStatus) -> GateStats {
+pub fn stats(product_id: &str, s: &Stats, admit_per_s: u32, delivery: &ShellStatus) -> GateStats {
     let c = &s.counters;
     let counters = CounterStats {
         reserve: ReserveKind::ALL
@@ -208,10 +244,18 @@ pub fn stats(product_id: &str, s: &Stats, delivery: &DeliveryStatus) -> GateStat
             refused: delivery.refused,
         },
         next_deadline_ms: s.next_deadline_ms,
+        queue: QueueStats {
+            admit_per_s,
+            reported: s.queue_reported,
+            admitted: s.queue_admitted,
+            waiting: s.queue_reported.saturating_sub(s.queue_admitted),
+            advancing: s.queue_advancing,
+        },
+        snapshots: delivery.snapshots,
         counters,
     }
 }
 
-pub fn stats_value(product_id: &str, s: &Stats, delivery: &DeliveryStatus) -> Value {
-    to_value(stats(product_id, s, delivery))
+pub fn stats_value(product_id: &str, s: &Stats, admit_per_s: u32, delivery: &ShellStatus) -> Value {
+    to_value(stats(product_id, s, admit_per_s, delivery))
 }

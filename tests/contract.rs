@@ -146,3 +146,54 @@ fn architecture_lists_every_counted_outcome() {
         assert!(problems.contains(k.code()), "{}", k.code());
     }
 }
+
+/// wrangler.toml configures the rate limiting bindings, and tells the
+/// Worker the same policies in `RATE_LIMITS` (the binding does not say its
+/// own). The two must agree, binding by binding.
+#[test]
+fn wrangler_toml_rate_limits_agree_with_the_policies_the_worker_is_told() {
+    use flashgate::rate_limit::{Limiter, Policies, Policy};
+    let toml = include_str!("../wrangler.toml");
+    let mut bindings = std::collections::BTreeMap::new();
+    let mut name = None;
+    for line in toml.lines().map(str::trim) {
+        if let Some(v) = line.strip_prefix("name = ") {
+            name = Some(v.trim_matches('"').to_string());
+        }
+        if let Some(v) = line.strip_prefix("simple = ") {
+            let field = |key: &str| -> u32 {
+                let at = v.find(key).unwrap_or_else(|| panic!("{key} in {v}")) + key.len();
+                v[at..]
+                    .trim_start_matches([' ', '='])
+                    .split(|c: char| !c.is_ascii_digit())
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or_else(|| panic!("a number after {key} in {v}"))
+            };
+            let policy = Policy {
+                limit: field("limit"),
+                period_s: field("period"),
+            };
+            bindings.insert(name.take().expect("a name before simple"), policy);
+        }
+    }
+    let var = toml
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("RATE_LIMITS = "))
+        .expect("RATE_LIMITS in [vars]")
+        .trim_matches('"');
+    let told = Policies::parse(var).expect("RATE_LIMITS parses");
+    for limiter in Limiter::ALL {
+        assert_eq!(
+            bindings.get(limiter.binding()),
+            Some(&told.of(limiter)),
+            "{} in [[ratelimits]] and RATE_LIMITS",
+            limiter.binding()
+        );
+    }
+    assert_eq!(
+        bindings.len(),
+        Limiter::ALL.len(),
+        "a binding no limiter uses"
+    );
+}

@@ -375,6 +375,7 @@ impl Sim {
                     buyer,
                     idem_key: key,
                     quantity,
+                    ticket: None,
                 })
             }
             40..=54 => {
@@ -399,6 +400,22 @@ impl Sim {
                 self.command(Command::Restock {
                     product_id: PRODUCT.into(),
                     units,
+                })
+            }
+            63 if self.rng.chance(50) => {
+                // The edge refreshes its snapshot and reports tickets; the
+                // waiting room's row is written like any other.
+                let mut arrivals = flashgate_core::Arrivals::default();
+                for _ in 0..self.rng.below(5) {
+                    let t = flashgate_core::Ticket {
+                        arrived_ms: self.now.saturating_sub(self.rng.below(3_000)),
+                        tiebreak: self.rng.next() as u32,
+                    };
+                    arrivals.add(&t, None);
+                }
+                self.command(Command::Snapshot {
+                    product_id: PRODUCT.into(),
+                    arrivals,
                 })
             }
             63 => self.command(Command::Stats {

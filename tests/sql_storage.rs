@@ -99,6 +99,9 @@ fn sqlite_restores_exactly_what_the_gate_wrote() {
             per_buyer_max: 4,
             quantity_max: 2,
             opens_at_ms: (seed % 2 == 0).then_some(5),
+            // A waiting room, so that its row (counts per second as JSON,
+            // and the floor) goes through SQLite too.
+            admit_per_s: 3,
             ..Config::default()
         };
         let mut gate = Gate::new(10, config, 30).unwrap();
@@ -127,6 +130,15 @@ fn sqlite_restores_exactly_what_the_gate_wrote() {
                     let _ = gate.void(now, 1 + rng.below(step + 1));
                 }
                 7 => {
+                    let mut arrivals = flashgate_core::Arrivals::default();
+                    for i in 0..rng.below(4) {
+                        let t = flashgate_core::Ticket {
+                            arrived_ms: now.saturating_sub(rng.below(2_000)),
+                            tiebreak: (i * 7919) as u32,
+                        };
+                        arrivals.add(&t, gate.config().opens_at_ms);
+                    }
+                    gate.record_arrivals(now, &arrivals);
                     let batch = gate.poll_outbox(now, 3);
                     if let Some(last) = batch.last() {
                         if rng.below(2) == 0 {
@@ -181,6 +193,7 @@ fn an_object_over_sqlite_survives_a_reload() {
         buyer: "alice".into(),
         idem_key: "k".into(),
         quantity: 2,
+        ticket: None,
     };
     let first = obj.command(&mut store, &reserve, 2).unwrap();
     assert_eq!(first.status, 201);

@@ -55,7 +55,7 @@ impl Buyers {
     }
 
     /// Every buyer who holds or bought at least one unit.
-    pub fn ids_with_units(&self) -> impl Iterator<Item = &str> {
+    pub fn ids_with_units(&self) -> impl Iterator<Item = &str> + Clone {
         self.slots
             .iter()
             .flatten()

@@ -620,7 +620,7 @@ impl Gate {
 
     /// The buyers who hold or bought units: the ones whose retries must
     /// reach the object even when it has nothing left (their replays).
-    pub fn buyers_with_units(&self) -> impl Iterator<Item = &str> {
+    pub fn buyers_with_units(&self) -> impl Iterator<Item = &str> + Clone {
         self.buyers.ids_with_units()
     }
 
@@ -831,6 +831,12 @@ impl Gate {
             outbox_attempts: self.outbox.attempts,
             outbox_retry_at_ms: self.outbox.retry_at_ms,
             next_deadline_ms: self.poll_timeout(),
+            queue_reported: self.admission.reported(),
+            queue_admitted: self
+                .admission
+                .admitted_milli(now_ms, self.admission_rules())
+                / 1000,
+            queue_advancing: self.admission.advancing,
             counters: self.counters.clone(),
         }
     }

@@ -73,6 +73,10 @@ pub struct Stats {
     pub outbox_attempts: u32,
     pub outbox_retry_at_ms: u64,
     pub next_deadline_ms: Option<u64>,
+    /// The waiting room: tickets reported by the edges, and admitted.
+    pub queue_reported: u64,
+    pub queue_admitted: u64,
+    pub queue_advancing: bool,
     pub counters: Counters,
 }
 

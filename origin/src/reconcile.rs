@@ -221,7 +221,7 @@ pub async fn reconcile(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flashgate_wire::{CounterStats, OutboxStats, SaleState};
+    use flashgate_wire::{CounterStats, OutboxStats, QueueStats, SaleState};
 
     fn gate(sold: u64, backlog_units: i64) -> GateStats {
         GateStats {
@@ -245,6 +245,14 @@ mod tests {
                 refused: 0,
             },
             next_deadline_ms: None,
+            queue: QueueStats {
+                admit_per_s: 0,
+                reported: 0,
+                admitted: 0,
+                waiting: 0,
+                advancing: true,
+            },
+            snapshots: 0,
             counters: CounterStats {
                 reserve: Default::default(),
                 confirm: Default::default(),

@@ -1,35 +1,49 @@
 //! The Worker's fetch handler: the edge in front of every product.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use std::time::Duration;
 
 use futures_util::StreamExt;
-use worker::{event, Context, Env, Headers, Method, Request, RequestInit, Response};
+use worker::{event, Context, Delay, Env, Headers, Method, Request, RequestInit, Response};
 
 use flashgate_wire::signing::{self, Presented};
 use serde_json::json;
 
-use crate::api::{self, ApiRoute, Command, Incoming, Route, BODY_BYTES_MAX};
+use crate::api::{self, Command, Incoming, Route, BODY_BYTES_MAX};
 use crate::auth;
+use crate::codes::ProblemCode;
+use crate::edge_cache::{EdgeCache, Entry, Known, Snapshot};
 use crate::problem::Problem;
-use crate::read_cache::{CachedRead, ReadCache};
+use crate::rate_limit::{self, Limiter};
 use crate::reply::Reply;
 use crate::settings::Settings;
+use crate::ticket::TICKET_HEADER;
 use crate::time::rfc3339;
 use crate::wasm::{config, http};
 
 thread_local! {
     // An isolate is single-threaded: requests interleave only at awaits,
-    // and no borrow of this cell spans one.
-    static PRODUCT_CACHE: RefCell<ReadCache> = RefCell::new(ReadCache::default());
+    // and no borrow of these cells spans one.
+    static EDGE: RefCell<EdgeCache> = RefCell::new(EdgeCache::default());
+    /// Snapshot fetches in flight: product id -> when it started.
+    static REFRESHING: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
 }
 
-fn read_response(read: &CachedRead) -> worker::Result<Response> {
-    let headers = Headers::new();
-    headers.set("content-type", &read.content_type)?;
-    headers.set("cache-control", "public, max-age=1")?;
-    Ok(Response::from_bytes(read.body.clone())?
-        .with_status(read.status)
-        .with_headers(headers))
+fn now_ms() -> u64 {
+    worker::Date::now().as_millis()
+}
+
+/// Seconds to wait before retrying an unavailable product: 1 to 3, at
+/// random, so that a crowd turned away does not come back all at once.
+fn jittered_retry_s() -> u64 {
+    1 + (worker::js_sys::Math::random() * 3.0) as u64
+}
+
+fn unavailable() -> worker::Result<Response> {
+    http::problem(Problem::unavailable(jittered_retry_s()))
 }
 
 #[event(fetch)]
@@ -130,7 +144,6 @@ async fn handle(mut req: Request, env: &Env) -> worker::Result<Response> {
     let method = req.method().to_string();
     let path = req.path();
     let route = match api::route(&method, &path) {
-        Ok(Route::Api(route)) => route,
         Ok(Route::Page) => {
             let payment_url = env
                 .var("DEMO_PAYMENT_URL")
@@ -139,17 +152,27 @@ async fn handle(mut req: Request, env: &Env) -> worker::Result<Response> {
             return html_response(crate::page::html(&payment_url));
         }
         Ok(Route::OpenApi) => return static_response(crate::OPENAPI_JSON, "application/json"),
-        Ok(Route::Session) => {
-            return match config::settings(env) {
-                Ok(settings) => session(&settings, req.inner().url().starts_with("https:")),
-                Err(e) => http::problem(Problem::misconfigured(e.to_string())),
-            }
-        }
+        Ok(route) => route,
         Err(p) => return http::problem(p),
     };
     let settings = match config::settings(env) {
         Ok(s) => s,
         Err(e) => return http::problem(Problem::misconfigured(e.to_string())),
+    };
+    // Every API request meets the client's limit first, so a flood is
+    // turned away before anything else is read or verified.
+    let ip = rate_limit::ip_key(req.headers().get("cf-connecting-ip")?.as_deref());
+    if let Some(refused) = limit(env, &settings, Limiter::Ip, &ip).await? {
+        return Ok(refused);
+    }
+    let now = now_ms();
+    let route = match route {
+        Route::Api(route) => route,
+        Route::Session => return session(&settings, req.inner().url().starts_with("https:")),
+        Route::Queue { product_id, join } => {
+            return queue(&req, env, &settings, &product_id, join, now).await
+        }
+        Route::Page | Route::OpenApi => return http::problem(Problem::internal()),
     };
     let body = match read_body(&mut req).await? {
         Ok(b) => b,
@@ -159,11 +182,12 @@ async fn handle(mut req: Request, env: &Env) -> worker::Result<Response> {
     let path_and_query = api::path_and_query(&url);
     let headers = req.headers();
     let header = |name: &str| headers.get(name).ok().flatten();
-    let (content_type, idempotency_key, authorization, cookie) = (
+    let (content_type, idempotency_key, authorization, cookie, ticket) = (
         header("content-type"),
         header("idempotency-key"),
         header("authorization"),
         header("cookie"),
+        header(TICKET_HEADER),
     );
     let (kid, timestamp, signature) = (
         header(signing::KEY_ID_HEADER),
@@ -177,6 +201,7 @@ async fn handle(mut req: Request, env: &Env) -> worker::Result<Response> {
         idempotency_key: idempotency_key.as_deref(),
         authorization: authorization.as_deref(),
         cookie: cookie.as_deref(),
+        ticket: ticket.as_deref(),
         signature: Presented {
             kid: kid.as_deref(),
             timestamp: timestamp.as_deref(),
@@ -184,36 +209,243 @@ async fn handle(mut req: Request, env: &Env) -> worker::Result<Response> {
         },
         body: &body,
     };
-    let is_read = matches!(route, ApiRoute::GetProduct(_));
     let product_id = route.product_id().to_string();
-    let now_ms = worker::Date::now().as_millis();
-    let cmd = match api::parse(&incoming, route, &settings, now_ms) {
+    let admin = route.is_admin();
+    let cmd = match api::parse(&incoming, route, &settings, now) {
         Ok(c) => c,
         Err(p) => return http::problem(p),
     };
-
-    if is_read {
-        let hit = PRODUCT_CACHE.with_borrow(|c| c.get(&product_id, now_ms).map(read_response));
-        if let Some(hit) = hit {
-            return hit;
+    // Then the buyer's own limit (after the token proved who it is), or
+    // the admin's.
+    let second = match &cmd {
+        Command::Reserve { buyer, .. }
+        | Command::GetReservation { buyer, .. }
+        | Command::Cancel { buyer, .. } => Some((Limiter::Buyer, buyer.as_str())),
+        _ if admin => Some((Limiter::Admin, ip.as_str())),
+        _ => None,
+    };
+    if let Some((limiter, key)) = second {
+        if let Some(refused) = limit(env, &settings, limiter, key).await? {
+            return Ok(refused);
         }
     }
-    let mut resp = forward(env, &product_id, &cmd).await?;
-    if !is_read || !ReadCache::cacheable(resp.status_code()) {
-        return Ok(resp);
+
+    match &cmd {
+        Command::GetProduct { .. } => match lookup(env, &product_id).await {
+            Some(Known::Product { body, .. }) => return product_response(&body),
+            Some(Known::Unknown) => return http::problem(Problem::unknown_product(&product_id)),
+            None => {}
+        },
+        Command::Reserve { buyer, ticket, .. } => {
+            if let Some(Known::Product { snapshot, .. }) = lookup(env, &product_id).await {
+                if let Some(p) = snapshot.reserve_answer(buyer, ticket.as_ref(), now_ms()) {
+                    return http::problem(p);
+                }
+            }
+        }
+        _ => {}
     }
-    let read = CachedRead {
-        fetched_at_ms: now_ms,
-        status: resp.status_code(),
-        content_type: resp
-            .headers()
-            .get("content-type")?
-            .unwrap_or_else(|| "application/json".into()),
-        body: resp.bytes().await?,
+    let resp = match forward(env, &product_id, &cmd).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            worker::console_error!("flashgate edge: product {product_id} unreachable: {e}");
+            return unavailable();
+        }
     };
-    let out = read_response(&read);
-    PRODUCT_CACHE.with_borrow_mut(|c| c.insert(&product_id, read));
-    out
+    if matches!(cmd, Command::Reserve { .. }) && resp.status_code() == 409 {
+        // The object refused what the snapshot let through (sold out, most
+        // likely): the next request fetches a new one.
+        EDGE.with_borrow_mut(|c| c.invalidate(&product_id));
+    }
+    Ok(resp)
+}
+
+/// Asks a rate limiting binding; a refusal is the 429 to send.
+async fn limit(
+    env: &Env,
+    settings: &Settings,
+    limiter: Limiter,
+    key: &str,
+) -> worker::Result<Option<Response>> {
+    let binding = match env.rate_limiter(limiter.binding()) {
+        Ok(b) => b,
+        Err(e) => {
+            return http::problem(Problem::misconfigured(format!(
+                "the rate limiting binding {} is missing: {e}",
+                limiter.binding()
+            )))
+            .map(Some)
+        }
+    };
+    if binding.limit(key.to_string()).await?.success {
+        Ok(None)
+    } else {
+        let policy = settings.rate_limits.of(limiter);
+        http::problem(rate_limit::limited(limiter, policy)).map(Some)
+    }
+}
+
+fn product_response(body: &[u8]) -> worker::Result<Response> {
+    let headers = Headers::new();
+    headers.set("content-type", "application/json")?;
+    headers.set("cache-control", "public, max-age=1")?;
+    Ok(Response::from_bytes(body.to_vec())?.with_headers(headers))
+}
+
+/// What the edge knows of the product, at most about a second old: a fresh
+/// snapshot, or one fetched now. One fetch per product per isolate at a
+/// time: a request that finds one in flight waits for it on its own timer
+/// (a request may not await another request's I/O), and fetches itself if
+/// it does not land in time. `None` if the object could not be asked.
+async fn lookup(env: &Env, product_id: &str) -> Option<Known> {
+    let fresh = || EDGE.with_borrow(|c| c.fresh(product_id, now_ms()).map(|e| e.known.clone()));
+    if let Some(known) = fresh() {
+        return Some(known);
+    }
+    let started = REFRESHING.with_borrow(|m| m.get(product_id).copied());
+    if let Some(started) = started {
+        while now_ms().saturating_sub(started) < REFRESH_WAIT_MAX_MS {
+            Delay::from(Duration::from_millis(REFRESH_POLL_MS)).await;
+            if let Some(known) = fresh() {
+                return Some(known);
+            }
+            if REFRESHING.with_borrow(|m| m.get(product_id) != Some(&started)) {
+                break;
+            }
+        }
+    }
+    refresh(env, product_id).await;
+    fresh()
+}
+
+/// How long a request waits for another's snapshot fetch, and how often it
+/// looks.
+const REFRESH_WAIT_MAX_MS: u64 = 2_000;
+const REFRESH_POLL_MS: u64 = 5;
+
+/// Fetches a snapshot, reporting the tickets this isolate issued since the
+/// last one. A report that does not arrive goes with the next fetch.
+async fn refresh(env: &Env, product_id: &str) {
+    let started = now_ms();
+    REFRESHING.with_borrow_mut(|m| m.insert(product_id.to_string(), started));
+    let report = EDGE.with_borrow_mut(|c| c.take_report(product_id));
+    let cmd = Command::Snapshot {
+        product_id: product_id.to_string(),
+        arrivals: report.clone(),
+    };
+    let known = match forward(env, product_id, &cmd).await {
+        Ok(mut resp) => match (resp.status_code(), resp.bytes().await) {
+            (200, Ok(bytes)) => Snapshot::parse(&bytes).map(|snapshot| Known::Product {
+                body: Rc::new(snapshot.product.to_string().into_bytes()),
+                snapshot: Rc::new(snapshot),
+            }),
+            (404, Ok(_)) => Some(Known::Unknown),
+            _ => None,
+        },
+        Err(e) => {
+            worker::console_error!("flashgate edge: snapshot of {product_id}: {e}");
+            None
+        }
+    };
+    EDGE.with_borrow_mut(|c| match known {
+        Some(known) => c.insert(
+            product_id,
+            Entry {
+                fetched_at_ms: now_ms(),
+                known,
+            },
+        ),
+        None => c.return_report(product_id, report),
+    });
+    REFRESHING.with_borrow_mut(|m| {
+        if m.get(product_id) == Some(&started) {
+            m.remove(product_id);
+        }
+    });
+}
+
+/// `POST` (join) and `GET` (standing) of a product's waiting room, both
+/// answered here: tickets are signed by the edge, and standings read from
+/// the snapshot, so a crowd in the room costs its object about one request
+/// per isolate per second.
+async fn queue(
+    req: &Request,
+    env: &Env,
+    settings: &Settings,
+    product_id: &str,
+    join: bool,
+    now: u64,
+) -> worker::Result<Response> {
+    let headers = req.headers();
+    let header = |name: &str| headers.get(name).ok().flatten();
+    let buyer = match auth::buyer(
+        settings,
+        header("authorization").as_deref(),
+        header("cookie").as_deref(),
+        now,
+    ) {
+        Ok(b) => b,
+        Err(p) => return http::problem(p),
+    };
+    if let Some(refused) = limit(env, settings, Limiter::Buyer, &buyer).await? {
+        return Ok(refused);
+    }
+    let snapshot = match lookup(env, product_id).await {
+        Some(Known::Product { snapshot, .. }) => snapshot,
+        Some(Known::Unknown) => return http::problem(Problem::unknown_product(product_id)),
+        None => return unavailable(),
+    };
+    let now = now_ms();
+    if join {
+        let q = match snapshot.may_join(now) {
+            Ok(q) => q,
+            Err(p) => return http::problem(p),
+        };
+        let (text, claims) = settings
+            .ticket_key
+            .issue(product_id, &buyer, now, q.ticket_ttl_ms);
+        let ticket = claims.ticket();
+        EDGE.with_borrow_mut(|c| c.issued(product_id, &ticket, q.opens_at_ms));
+        let standing = snapshot.standing(q, &ticket, now);
+        let body = json!({
+            "ticket": text,
+            "buyer_id": buyer,
+            "arrived_at_ms": claims.t,
+            "expires_at": rfc3339(claims.e),
+            "expires_at_ms": claims.e,
+            "admitted": standing.admitted,
+            "position": standing.position,
+            "eta_s": standing.eta_s,
+        });
+        return http::respond(Reply::ok(201, body));
+    }
+    let Some(text) = header(TICKET_HEADER) else {
+        return http::problem(Problem::new(
+            ProblemCode::TicketRequired,
+            "send the ticket from joining the waiting room as Flashgate-Ticket",
+        ));
+    };
+    let claims = match settings.ticket_key.verify(&text, product_id, &buyer, now) {
+        Ok(c) => c,
+        Err(e) => return http::problem(e.problem()),
+    };
+    let Some(q) = &snapshot.queue else {
+        return http::problem(Problem::new(
+            ProblemCode::NoWaitingRoom,
+            "this product has no waiting room: reserve directly",
+        ));
+    };
+    let standing = snapshot.standing(q, &claims.ticket(), now);
+    let body = json!({
+        "admitted": standing.admitted,
+        "position": standing.position,
+        "eta_s": standing.eta_s,
+        "state": snapshot.state,
+        "available": snapshot.available,
+        "expires_at": rfc3339(claims.e),
+        "expires_at_ms": claims.e,
+    });
+    http::respond(Reply::ok(200, body))
 }
 
 /// Sends a command to its product's object: one object per product, which

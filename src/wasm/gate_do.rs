@@ -224,9 +224,13 @@ impl DurableObject for ProductGate {
             .command(&mut self.store(), &cmd, now_ms());
         let reply = match result {
             Ok(reply) => reply,
+            // Storage failed: nothing was acknowledged, the object reloads
+            // at its next event, and a retry (after a jittered pause, so a
+            // crowd does not return at once) is safe.
             Err(e) => {
                 worker::console_error!("ProductGate: {e}");
-                return http::problem(Problem::internal());
+                let retry_s = 1 + (js_sys::Math::random() * 3.0) as u64;
+                return http::problem(Problem::unavailable(retry_s));
             }
         };
         // The decision is committed; a failure to move the alarm must not

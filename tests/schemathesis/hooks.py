@@ -12,7 +12,8 @@
 - The check `refusal_changes_nothing` reads the state of the product
   FLASHGATE_GUARD_PRODUCT before and after every request to it, and fails if
   a refused request (4xx) changed it. The state is the stats without the
-  outcome counters and the delivery telemetry, which refusals do change.
+  outcome counters, the snapshot count and the delivery telemetry, which
+  refusals do change.
 - `filter_failure` keeps every failure except one: a 503 `overloaded` with
   `Retry-After`, the documented answer of a product at its `reservations_max`
   (a positive run may configure a record limit of 1). Any other 5xx fails.
@@ -87,6 +88,8 @@ def _guard_state():
     r.raise_for_status()
     stats = r.json()
     stats.pop("counters", None)
+    # Telemetry too: every edge refresh is counted, refusals included.
+    stats.pop("snapshots", None)
     outbox = stats.get("outbox", {})
     for telemetry in ("last_error", "last_success_ms", "refused"):
         outbox.pop(telemetry, None)

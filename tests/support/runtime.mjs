@@ -2,7 +2,7 @@
 // `workerd serve`, with disk-backed Durable Object storage, on a free port.
 // Used by the end-to-end tests, the benchmark and `scripts/dev --bare`.
 import { spawn } from "node:child_process";
-import { copyFileSync, mkdirSync, writeFileSync, mkdtempSync } from "node:fs";
+import { copyFileSync, mkdirSync, readFileSync, writeFileSync, mkdtempSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -29,11 +29,42 @@ function capnpString(s) {
   return JSON.stringify(String(s));
 }
 
+/** The platform's rate limiter, as miniflare gives it to workerd: a
+ * wrapped binding over an internal module (the same code wrangler dev runs). */
+const RATELIMIT_MODULE = join(ROOT, "node_modules/miniflare/dist/src/workers/ratelimit/ratelimit.worker.js");
+const LIMITERS = { ip: "RATE_LIMIT_IP", buyer: "RATE_LIMIT_BUYER", admin: "RATE_LIMIT_ADMIN" };
+
+/** Limits so high that no functional test meets them; the tests of the
+ * limits themselves use wrangler.toml's (`wranglerRateLimits`). */
+export const UNLIMITED = "ip=1000000000/10;buyer=1000000000/10;admin=1000000000/10";
+
+/** The RATE_LIMITS var of wrangler.toml: the policies deployed. */
+export function wranglerRateLimits() {
+  const toml = readFileSync(join(ROOT, "wrangler.toml"), "utf8");
+  return /^RATE_LIMITS = "([^"]+)"/m.exec(toml)[1];
+}
+
+function rateLimitBindings(policies) {
+  return policies.split(";").map((p, i) => {
+    const [name, quota] = p.split("=");
+    const [limit, period] = quota.split("/");
+    return `    (name = ${capnpString(LIMITERS[name.trim()])}, wrapped = (
+      moduleName = "flashgate-internal:ratelimit",
+      innerBindings = [
+        (name = "namespaceId", json = ${capnpString(JSON.stringify(String(1001 + i)))}),
+        (name = "limit", json = ${capnpString(limit)}),
+        (name = "period", json = ${capnpString(period)}),
+      ],
+    )),`;
+  });
+}
+
 /** Writes the workerd config for the gate and returns its path. */
 export function writeConfig({ dir, stateDir, port, vars }) {
   // Embedded paths are relative to the config file, so the build is copied
   // beside it; a rebuild during a run then cannot change a running gate.
   for (const f of ["index.js", "index_bg.wasm"]) copyFileSync(join(ROOT, "build", f), join(dir, f));
+  copyFileSync(RATELIMIT_MODULE, join(dir, "ratelimit.worker.js"));
   const config = `using Workerd = import "/workerd/workerd.capnp";
 const config :Workerd.Config = (
   services = [
@@ -42,6 +73,9 @@ const config :Workerd.Config = (
     (name = "internet", network = (allow = ["public", "private", "local"])),
   ],
   sockets = [ ( name = "http", address = ${capnpString(`127.0.0.1:${port}`)}, http = (), service = "main" ) ],
+  extensions = [(
+    modules = [(name = "flashgate-internal:ratelimit", internal = true, esModule = embed "ratelimit.worker.js")],
+  )],
 );
 const gate :Workerd.Worker = (
   modules = [
@@ -56,6 +90,7 @@ const gate :Workerd.Worker = (
   globalOutbound = "internet",
   bindings = [
     (name = "PRODUCT_GATE", durableObjectNamespace = "ProductGate"),
+${rateLimitBindings(vars.RATE_LIMITS).join("\n")}
 ${Object.entries(vars)
   .map(([k, v]) => `    (name = ${capnpString(k)}, text = ${capnpString(v)}),`)
   .join("\n")}
@@ -78,6 +113,7 @@ export function gateVars({ originUrl = "", demoPaymentUrl = "", overrides = {} }
     ORIGIN_URL: originUrl,
     DEV_SESSIONS: "on",
     DEMO_PAYMENT_URL: demoPaymentUrl,
+    RATE_LIMITS: UNLIMITED,
     ...overrides,
   };
 }

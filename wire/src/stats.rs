@@ -33,7 +33,25 @@ pub struct GateStats {
     pub outbox: OutboxStats,
     /// When the gate next has work (its alarm), in epoch milliseconds.
     pub next_deadline_ms: Option<u64>,
+    pub queue: QueueStats,
+    /// Snapshots the object gave the edge since it loaded: each one a trip
+    /// that answered many requests at the edge.
+    pub snapshots: u64,
     pub counters: CounterStats,
+}
+
+/// The waiting room, if the product has one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueStats {
+    /// 0: no waiting room.
+    pub admit_per_s: u32,
+    /// Tickets the edges reported issuing.
+    pub reported: u64,
+    pub admitted: u64,
+    /// Reported and not yet admitted.
+    pub waiting: u64,
+    /// Whether admission moves (stock to sell, sale active).
+    pub advancing: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

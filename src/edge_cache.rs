@@ -1,0 +1,385 @@
+//! What the edge knows of a product between trips to its object: a
+//! snapshot, fetched at most about once a second per isolate, and the
+//! answers the edge gives from it. Pure, so every rule is tested natively;
+//! the Worker holds one `EdgeCache` per isolate.
+//!
+//! A hot product gets far more requests than its one object can take, so
+//! the edge answers what it can without it:
+//! - product reads, from the snapshot's product view;
+//! - waiting-room polls (position, ETA, admitted or not), from the
+//!   snapshot's admission state, with the same code the object decides by;
+//! - reserves on a sold-out product from buyers with no units (the
+//!   snapshot's buyer filter), with `sold_out`;
+//! - reserves whose ticket has not been admitted, with `not_admitted`.
+//!
+//! Everything else goes to the object, which decides. A snapshot older
+//! than `SNAPSHOT_FRESH_MS` answers nothing but reads served while one
+//! refresh is in flight, and tickets issued here are reported to the
+//! object with the next refresh (they place its watermark).
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use flashgate_core::{Admission, Arrivals, Rules, Ticket};
+use flashgate_wire::SaleState;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::buyer_filter::BuyerFilter;
+use crate::codes::ProblemCode;
+use crate::problem::Problem;
+use crate::time::rfc3339;
+
+/// How long a snapshot answers for the edge.
+pub const SNAPSHOT_FRESH_MS: u64 = 1_000;
+/// Products an isolate keeps snapshots of; the map is cleared at this
+/// size, which bounds its memory against requests for many random ids.
+pub const EDGE_PRODUCTS_MAX: usize = 1_024;
+
+/// The waiting room as the edge needs it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueSnapshot {
+    pub admit_per_s: u32,
+    pub opens_at_ms: Option<u64>,
+    pub prequeue_ms: u64,
+    pub ticket_ttl_ms: u64,
+    pub admission: Admission,
+}
+
+impl QueueSnapshot {
+    pub fn rules(&self) -> Rules {
+        Rules {
+            admit_per_s: self.admit_per_s,
+            opens_at_ms: self.opens_at_ms,
+        }
+    }
+}
+
+/// What the object publishes to the edge.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// The object's clock when it answered.
+    pub at_ms: u64,
+    /// The product as `GET /api/products/{id}` answers it.
+    pub product: Value,
+    pub available: u64,
+    pub state: SaleState,
+    /// Present when the product has a waiting room.
+    pub queue: Option<QueueSnapshot>,
+    /// Present when nothing is available: the buyers whose reserves must
+    /// still reach the object.
+    pub buyers: Option<BuyerFilter>,
+}
+
+/// A ticket's standing in the waiting room.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Standing {
+    pub admitted: bool,
+    /// About how many buyers are ahead.
+    pub position: u64,
+    /// About how long until admission, in seconds; `None` while the room
+    /// does not advance (nothing to sell, or paused).
+    pub eta_s: Option<u64>,
+}
+
+impl Snapshot {
+    /// A snapshot as the object sent it, its buyer filter decoded. `None`
+    /// if it is not one (the edge then answers nothing from it).
+    pub fn parse(bytes: &[u8]) -> Option<Snapshot> {
+        let s: Snapshot = serde_json::from_slice(bytes).ok()?;
+        let buyers = match s.buyers {
+            Some(f) => Some(f.decode()?),
+            None => None,
+        };
+        Some(Snapshot { buyers, ..s })
+    }
+
+    /// The edge's own answer to a reserve, if it can give one: `sold_out`
+    /// to a buyer with no units on an open, sold-out product, or
+    /// `not_admitted` to a ticket whose turn has not come.
+    pub fn reserve_answer(
+        &self,
+        buyer: &str,
+        ticket: Option<&Ticket>,
+        now_ms: u64,
+    ) -> Option<Problem> {
+        if self.available == 0 && self.state == SaleState::Open {
+            if let Some(filter) = &self.buyers {
+                if !filter.may_contain(buyer) {
+                    return Some(Problem::new(
+                        ProblemCode::SoldOut,
+                        "every unit is held or sold",
+                    ));
+                }
+            }
+        }
+        if let (Some(q), Some(t)) = (&self.queue, ticket) {
+            let standing = self.standing(q, t, now_ms);
+            if !standing.admitted && self.state == SaleState::Open {
+                return Some(Problem::not_admitted(
+                    standing.position.max(1),
+                    standing.eta_s,
+                ));
+            }
+        }
+        None
+    }
+
+    /// Where a ticket stands, as the object would decide it now.
+    pub fn standing(&self, q: &QueueSnapshot, ticket: &Ticket, now_ms: u64) -> Standing {
+        let rules = q.rules();
+        let key = ticket.key(rules.opens_at_ms);
+        let admitted = q.admission.watermark(now_ms, rules).admits(key);
+        let position = if admitted {
+            0
+        } else {
+            q.admission.position(key, now_ms, rules)
+        };
+        let advancing = q.admission.advancing && self.state != SaleState::Closed;
+        let eta_s = (advancing && q.admit_per_s > 0).then(|| {
+            let wait_open = rules
+                .opens_at_ms
+                .map_or(0, |o| o.saturating_sub(now_ms).div_ceil(1000));
+            wait_open + position.div_ceil(u64::from(q.admit_per_s))
+        });
+        Standing {
+            admitted,
+            position,
+            eta_s,
+        }
+    }
+
+    /// Whether a buyer may join the waiting room now.
+    pub fn may_join(&self, now_ms: u64) -> Result<&QueueSnapshot, Problem> {
+        let Some(q) = &self.queue else {
+            return Err(Problem::new(
+                ProblemCode::NoWaitingRoom,
+                "this product has no waiting room: reserve directly",
+            ));
+        };
+        if self.state == SaleState::Closed {
+            return Err(Problem::new(ProblemCode::Closed, "the sale is over"));
+        }
+        if let Some(opens) = q.opens_at_ms {
+            let queue_opens = opens.saturating_sub(q.prequeue_ms);
+            if now_ms < queue_opens {
+                return Err(Problem::new(
+                    ProblemCode::NotOpen,
+                    format!("the waiting room opens at {}", rfc3339(queue_opens)),
+                )
+                .with("opens_at", rfc3339(queue_opens))
+                .with("opens_at_ms", queue_opens));
+            }
+        }
+        Ok(q)
+    }
+}
+
+/// What the edge knows of one product.
+#[derive(Clone)]
+pub enum Known {
+    Product {
+        snapshot: Rc<Snapshot>,
+        /// The product view, rendered once per snapshot.
+        body: Rc<Vec<u8>>,
+    },
+    /// The object has no such product.
+    Unknown,
+}
+
+pub struct Entry {
+    pub fetched_at_ms: u64,
+    pub known: Known,
+}
+
+/// The isolate's snapshots, and the tickets issued here that the object
+/// has not been told of yet.
+#[derive(Default)]
+pub struct EdgeCache {
+    entries: HashMap<String, Entry>,
+    pending: HashMap<String, Arrivals>,
+}
+
+impl EdgeCache {
+    /// The snapshot of `product_id`, if it is fresh.
+    pub fn fresh(&self, product_id: &str, now_ms: u64) -> Option<&Entry> {
+        self.entries
+            .get(product_id)
+            .filter(|e| now_ms.saturating_sub(e.fetched_at_ms) < SNAPSHOT_FRESH_MS)
+    }
+
+    /// Marks the snapshot stale, so that the next request fetches one.
+    pub fn invalidate(&mut self, product_id: &str) {
+        if let Some(e) = self.entries.get_mut(product_id) {
+            e.fetched_at_ms = 0;
+        }
+    }
+
+    pub fn insert(&mut self, product_id: &str, entry: Entry) {
+        if self.entries.len() >= EDGE_PRODUCTS_MAX && !self.entries.contains_key(product_id) {
+            self.entries.clear();
+        }
+        self.entries.insert(product_id.to_string(), entry);
+    }
+
+    /// Counts a ticket issued here, for the next report.
+    pub fn issued(&mut self, product_id: &str, ticket: &Ticket, opens_at_ms: Option<u64>) {
+        if self.pending.len() >= EDGE_PRODUCTS_MAX && !self.pending.contains_key(product_id) {
+            // Losing a report only slows the room down a little; an
+            // unbounded map would be worse.
+            self.pending.clear();
+        }
+        self.pending
+            .entry(product_id.to_string())
+            .or_default()
+            .add(ticket, opens_at_ms);
+    }
+
+    /// The report to send with the next refresh.
+    pub fn take_report(&mut self, product_id: &str) -> Arrivals {
+        self.pending.remove(product_id).unwrap_or_default()
+    }
+
+    /// A report that did not reach the object goes with the next refresh.
+    pub fn return_report(&mut self, product_id: &str, report: Arrivals) {
+        if report.is_empty() {
+            return;
+        }
+        let pending = self.pending.entry(product_id.to_string()).or_default();
+        pending.prequeue += report.prequeue;
+        for (second, n) in report.per_second {
+            match pending.per_second.iter_mut().find(|(s, _)| *s == second) {
+                Some((_, m)) => *m += n,
+                None => pending.per_second.push((second, n)),
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const OPEN: u64 = 1_000_000;
+
+    fn snapshot(available: u64, buyers: &[&str], queue: Option<QueueSnapshot>) -> Snapshot {
+        Snapshot {
+            at_ms: OPEN,
+            product: json!({}),
+            available,
+            state: SaleState::Open,
+            queue,
+            buyers: (available == 0).then(|| BuyerFilter::build(buyers.iter().copied())),
+        }
+    }
+
+    fn room(admission: Admission) -> QueueSnapshot {
+        QueueSnapshot {
+            admit_per_s: 10,
+            opens_at_ms: Some(OPEN),
+            prequeue_ms: 60_000,
+            ticket_ttl_ms: 3_600_000,
+            admission,
+        }
+    }
+
+    #[test]
+    fn sold_out_is_answered_at_the_edge_except_for_buyers_with_units() {
+        let s = snapshot(0, &["alice"], None);
+        // Through JSON, as it travels.
+        let s = Snapshot::parse(&serde_json::to_vec(&s).unwrap()).unwrap();
+        let p = s.reserve_answer("mallory", None, OPEN).expect("answered");
+        assert_eq!(p.code, ProblemCode::SoldOut);
+        assert!(
+            s.reserve_answer("alice", None, OPEN).is_none(),
+            "a replay must reach the object"
+        );
+        assert!(snapshot(3, &[], None)
+            .reserve_answer("mallory", None, OPEN)
+            .is_none());
+        let closed = Snapshot {
+            state: SaleState::Closed,
+            ..snapshot(0, &[], None)
+        };
+        assert!(
+            closed.reserve_answer("mallory", None, OPEN).is_none(),
+            "the object says closed"
+        );
+    }
+
+    #[test]
+    fn the_edge_places_a_ticket_as_the_object_would() {
+        let rules = Rules {
+            admit_per_s: 10,
+            opens_at_ms: Some(OPEN),
+        };
+        let mut a = Admission::default();
+        a.checkpoint(OPEN - 60_000, rules, true);
+        let tickets: Vec<Ticket> = (0..100)
+            .map(|i| Ticket {
+                arrived_ms: OPEN + i * 10,
+                tiebreak: 0,
+            })
+            .collect();
+        let mut arrivals = Arrivals::default();
+        for t in &tickets {
+            arrivals.add(t, rules.opens_at_ms);
+        }
+        a.record(OPEN, rules, &arrivals);
+        let s = snapshot(5, &[], Some(room(a)));
+        let q = s.queue.as_ref().unwrap();
+        let first = s.standing(q, &tickets[0], OPEN + 500);
+        assert!(first.admitted);
+        let last = s.standing(q, &tickets[99], OPEN + 500);
+        assert!(!last.admitted);
+        assert!(last.position > 90, "{last:?}");
+        assert_eq!(last.eta_s, Some(last.position.div_ceil(10)));
+        let p = s
+            .reserve_answer("x", Some(&tickets[99]), OPEN + 500)
+            .unwrap();
+        assert_eq!(p.code, ProblemCode::NotAdmitted);
+        assert!(s
+            .reserve_answer("x", Some(&tickets[0]), OPEN + 500)
+            .is_none());
+    }
+
+    #[test]
+    fn joining_needs_a_room_that_is_open_for_arrivals() {
+        assert_eq!(
+            snapshot(5, &[], None).may_join(OPEN).unwrap_err().code,
+            ProblemCode::NoWaitingRoom
+        );
+        let s = snapshot(5, &[], Some(room(Admission::default())));
+        assert_eq!(
+            s.may_join(OPEN - 61_000).unwrap_err().code,
+            ProblemCode::NotOpen
+        );
+        assert!(s.may_join(OPEN - 59_000).is_ok());
+    }
+
+    #[test]
+    fn reports_wait_for_the_next_refresh_and_survive_a_failed_one() {
+        let mut c = EdgeCache::default();
+        let t = Ticket {
+            arrived_ms: OPEN + 1_500,
+            tiebreak: 1,
+        };
+        c.issued("p", &t, Some(OPEN));
+        c.issued("p", &t, Some(OPEN));
+        let report = c.take_report("p");
+        assert_eq!(report.per_second, vec![(1_001, 2)]);
+        assert!(c.take_report("p").is_empty());
+        c.return_report("p", report.clone());
+        c.issued("p", &t, Some(OPEN));
+        assert_eq!(c.take_report("p").per_second, vec![(1_001, 3)]);
+    }
+}

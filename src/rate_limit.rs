@@ -1,0 +1,188 @@
+//! Rate limits at the edge, by the platform's rate limiting binding: which
+//! limiter a request meets, under which key, and the 429 it gets.
+//!
+//! The counting is the platform's (`[[ratelimits]]` in wrangler.toml; on
+//! bare workerd, the same binding as a wrapped module); nothing here counts.
+//! The binding answers only "allowed or not", so the policy each limiter was
+//! configured with is also given to the Worker as the `RATE_LIMITS` var,
+//! for the `RateLimit-Policy` field, and a test checks the two agree.
+//!
+//! Fields follow draft-ietf-httpapi-ratelimit-headers: `RateLimit-Policy:
+//! "ip";q=100;w=10` names the policy, and `RateLimit: "ip";r=0;t=10` says
+//! nothing is left and when the window resets at the latest. `Retry-After`
+//! says the same in seconds, for clients that know only that.
+
+use crate::codes::ProblemCode;
+use crate::problem::Problem;
+
+/// The limiters, each a rate limiting binding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limiter {
+    /// Every API request, by client IP (`CF-Connecting-IP`).
+    Ip,
+    /// Every request a verified buyer makes, by buyer id.
+    Buyer,
+    /// Every admin request, by client IP.
+    Admin,
+}
+
+impl Limiter {
+    pub const ALL: [Limiter; 3] = [Limiter::Ip, Limiter::Buyer, Limiter::Admin];
+
+    /// The binding's name.
+    pub fn binding(self) -> &'static str {
+        match self {
+            Limiter::Ip => "RATE_LIMIT_IP",
+            Limiter::Buyer => "RATE_LIMIT_BUYER",
+            Limiter::Admin => "RATE_LIMIT_ADMIN",
+        }
+    }
+
+    /// The policy's name in `RATE_LIMITS` and in the response fields.
+    pub fn name(self) -> &'static str {
+        match self {
+            Limiter::Ip => "ip",
+            Limiter::Buyer => "buyer",
+            Limiter::Admin => "admin",
+        }
+    }
+}
+
+/// One limiter's quota: `limit` requests per `period_s` seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    pub limit: u32,
+    pub period_s: u32,
+}
+
+/// Every limiter's policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policies {
+    pub ip: Policy,
+    pub buyer: Policy,
+    pub admin: Policy,
+}
+
+impl Policies {
+    pub fn of(&self, l: Limiter) -> Policy {
+        match l {
+            Limiter::Ip => self.ip,
+            Limiter::Buyer => self.buyer,
+            Limiter::Admin => self.admin,
+        }
+    }
+
+    /// Parses `ip=100/10;buyer=20/10;admin=300/60`: every limiter once, a
+    /// limit of at least 1, and a period the binding supports (10 or 60).
+    pub fn parse(text: &str) -> Result<Policies, String> {
+        let mut found: [Option<Policy>; 3] = [None; 3];
+        for part in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, quota) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?} is not name=limit/period"))?;
+            let i = Limiter::ALL
+                .iter()
+                .position(|l| l.name() == name.trim())
+                .ok_or_else(|| format!("no limiter is called {name:?}"))?;
+            let (limit, period) = quota
+                .split_once('/')
+                .ok_or_else(|| format!("{quota:?} is not limit/period"))?;
+            let limit: u32 = limit
+                .trim()
+                .parse()
+                .map_err(|_| format!("{limit:?} is not a limit"))?;
+            let period_s: u32 = period
+                .trim()
+                .parse()
+                .map_err(|_| format!("{period:?} is not a period"))?;
+            if limit == 0 || !matches!(period_s, 10 | 60) {
+                return Err(format!(
+                    "{part:?}: the limit must be at least 1 and the period 10 or 60 seconds"
+                ));
+            }
+            if found[i].replace(Policy { limit, period_s }).is_some() {
+                return Err(format!("{name:?} is named twice"));
+            }
+        }
+        match found {
+            [Some(ip), Some(buyer), Some(admin)] => Ok(Policies { ip, buyer, admin }),
+            _ => Err("every limiter needs a policy: ip, buyer and admin".into()),
+        }
+    }
+}
+
+/// The key a limiter counts a request under: the client's address, which
+/// Cloudflare sets and a client cannot (locally, whatever was sent, or one
+/// shared key).
+pub fn ip_key(connecting_ip: Option<&str>) -> String {
+    match connecting_ip.map(str::trim).filter(|ip| !ip.is_empty()) {
+        Some(ip) if ip.len() <= 64 => format!("ip:{ip}"),
+        _ => "ip:unknown".into(),
+    }
+}
+
+/// The answer to a request a limiter refused.
+pub fn limited(limiter: Limiter, policy: Policy) -> Problem {
+    let name = limiter.name();
+    let Policy { limit, period_s } = policy;
+    Problem::new(
+        ProblemCode::RateLimited,
+        format!("more than {limit} requests in {period_s} s ({name}); wait before trying again"),
+    )
+    .with("policy", name)
+    .header("retry-after", period_s.to_string())
+    .header(
+        "ratelimit-policy",
+        format!("\"{name}\";q={limit};w={period_s}"),
+    )
+    .header("ratelimit", format!("\"{name}\";r=0;t={period_s}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policies_parse_and_refuse() {
+        let p = Policies::parse("ip=100/10; buyer=20/10;admin=300/60").unwrap();
+        assert_eq!(
+            p.of(Limiter::Admin),
+            Policy {
+                limit: 300,
+                period_s: 60
+            }
+        );
+        for bad in [
+            "",
+            "ip=100/10;buyer=20/10",
+            "ip=100/10;buyer=20/10;admin=300/30",
+            "ip=0/10;buyer=20/10;admin=300/60",
+            "ip=100/10;ip=1/10;buyer=20/10;admin=300/60",
+            "ip=100;buyer=20/10;admin=300/60",
+            "who=1/10;ip=100/10;buyer=20/10;admin=300/60",
+        ] {
+            assert!(Policies::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_limited_request_says_how_long_and_under_which_policy() {
+        let p = limited(
+            Limiter::Buyer,
+            Policy {
+                limit: 20,
+                period_s: 10,
+            },
+        );
+        assert_eq!(p.status(), 429);
+        assert_eq!(p.header_value("retry-after"), Some("10"));
+        assert_eq!(
+            p.header_value("ratelimit-policy"),
+            Some("\"buyer\";q=20;w=10")
+        );
+        assert_eq!(p.header_value("ratelimit"), Some("\"buyer\";r=0;t=10"));
+        assert_eq!(ip_key(Some(" 203.0.113.9 ")), "ip:203.0.113.9");
+        assert_eq!(ip_key(None), "ip:unknown");
+        assert_eq!(ip_key(Some(&"9".repeat(100))), "ip:unknown");
+    }
+}

@@ -1,0 +1,239 @@
+//! Waiting-room tickets, issued and verified at the edge with no round trip
+//! to the product's object.
+//!
+//! A ticket says: this buyer arrived in this product's waiting room at this
+//! instant, with this tiebreak, and may use the ticket until it expires. It
+//! is signed with HMAC-SHA256 under a key derived from `ID_SECRET` (so one
+//! secret fewer to configure; the derivation separates the two uses), and
+//! written `v1.{claims}.{mac}`, both parts base64url. The tiebreak is a
+//! keyed hash of the product and the buyer: it orders the pre-queue's
+//! lottery, and a buyer cannot re-roll it by joining again.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use flashgate_core::Ticket;
+use flashgate_wire::mac::hmac_sha256;
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+
+use crate::problem::Problem;
+
+/// The longest ticket accepted, in bytes.
+pub const TICKET_BYTES_MAX: usize = 512;
+/// The request header a ticket travels in.
+pub const TICKET_HEADER: &str = "flashgate-ticket";
+
+const VERSION: &str = "v1";
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TicketClaims {
+    /// The product.
+    pub p: String,
+    /// The buyer.
+    pub b: String,
+    /// Arrived at, epoch ms.
+    pub t: u64,
+    /// The tiebreak.
+    pub h: u32,
+    /// Expires at, epoch ms.
+    pub e: u64,
+}
+
+impl TicketClaims {
+    pub fn ticket(&self) -> Ticket {
+        Ticket {
+            arrived_ms: self.t,
+            tiebreak: self.h,
+        }
+    }
+}
+
+/// Why a ticket was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TicketError {
+    Malformed,
+    Signature,
+    OtherProduct,
+    OtherBuyer,
+    Expired,
+}
+
+impl TicketError {
+    pub fn describe(self) -> &'static str {
+        match self {
+            TicketError::Malformed => "the waiting-room ticket is not one this gate issues",
+            TicketError::Signature => "the waiting-room ticket's signature does not match",
+            TicketError::OtherProduct => "the waiting-room ticket is for another product",
+            TicketError::OtherBuyer => "the waiting-room ticket is another buyer's",
+            TicketError::Expired => "the waiting-room ticket has expired; join again",
+        }
+    }
+
+    pub fn problem(self) -> Problem {
+        Problem::ticket_invalid(self.describe())
+    }
+}
+
+/// The key tickets are signed with.
+#[derive(Clone)]
+pub struct TicketKey {
+    mac: Hmac<Sha256>,
+}
+
+impl TicketKey {
+    pub fn new(id_secret: &[u8]) -> TicketKey {
+        let mut derive = hmac_sha256(id_secret);
+        derive.update(b"flashgate waiting-room tickets\n");
+        TicketKey {
+            mac: hmac_sha256(&derive.finalize().into_bytes()),
+        }
+    }
+
+    fn tag(&self, parts: &[&[u8]]) -> [u8; 32] {
+        let mut mac = self.mac.clone();
+        for part in parts {
+            mac.update(&(part.len() as u64).to_be_bytes());
+            mac.update(part);
+        }
+        mac.finalize().into_bytes().into()
+    }
+
+    /// The buyer's tiebreak in the product's queue.
+    pub fn tiebreak(&self, product_id: &str, buyer_id: &str) -> u32 {
+        let t = self.tag(&[b"tiebreak", product_id.as_bytes(), buyer_id.as_bytes()]);
+        u32::from_be_bytes([t[0], t[1], t[2], t[3]])
+    }
+
+    /// A ticket for `buyer_id`, arriving now, valid for `ttl_ms`.
+    pub fn issue(
+        &self,
+        product_id: &str,
+        buyer_id: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> (String, TicketClaims) {
+        let claims = TicketClaims {
+            p: product_id.into(),
+            b: buyer_id.into(),
+            t: now_ms,
+            h: self.tiebreak(product_id, buyer_id),
+            e: now_ms.saturating_add(ttl_ms),
+        };
+        // A struct of strings and numbers always serializes.
+        let body = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&claims).unwrap_or_default());
+        let mac = self.tag(&[VERSION.as_bytes(), body.as_bytes()]);
+        let text = format!("{VERSION}.{body}.{}", URL_SAFE_NO_PAD.encode(mac));
+        (text, claims)
+    }
+
+    /// The ticket's claims, if it is this gate's, for this product and
+    /// buyer, and not expired.
+    pub fn verify(
+        &self,
+        text: &str,
+        product_id: &str,
+        buyer_id: &str,
+        now_ms: u64,
+    ) -> Result<TicketClaims, TicketError> {
+        if text.len() > TICKET_BYTES_MAX {
+            return Err(TicketError::Malformed);
+        }
+        let mut parts = text.trim().split('.');
+        let (Some(version), Some(body), Some(mac), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(TicketError::Malformed);
+        };
+        if version != VERSION {
+            return Err(TicketError::Malformed);
+        }
+        let given = URL_SAFE_NO_PAD
+            .decode(mac)
+            .map_err(|_| TicketError::Malformed)?;
+        let mut check = self.mac.clone();
+        for part in [VERSION.as_bytes(), body.as_bytes()] {
+            check.update(&(part.len() as u64).to_be_bytes());
+            check.update(part);
+        }
+        check
+            .verify_slice(&given)
+            .map_err(|_| TicketError::Signature)?;
+        let json = URL_SAFE_NO_PAD
+            .decode(body)
+            .map_err(|_| TicketError::Malformed)?;
+        let claims: TicketClaims =
+            serde_json::from_slice(&json).map_err(|_| TicketError::Malformed)?;
+        if claims.p != product_id {
+            return Err(TicketError::OtherProduct);
+        }
+        if claims.b != buyer_id {
+            return Err(TicketError::OtherBuyer);
+        }
+        if claims.e <= now_ms {
+            return Err(TicketError::Expired);
+        }
+        Ok(claims)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn a_ticket_verifies_for_its_buyer_and_product_only() {
+        let k = TicketKey::new(SECRET);
+        let (text, claims) = k.issue("p1", "alice", 1_000, 60_000);
+        assert_eq!(k.verify(&text, "p1", "alice", 2_000), Ok(claims.clone()));
+        assert_eq!(
+            k.verify(&text, "p2", "alice", 2_000),
+            Err(TicketError::OtherProduct)
+        );
+        assert_eq!(
+            k.verify(&text, "p1", "bob", 2_000),
+            Err(TicketError::OtherBuyer)
+        );
+        assert_eq!(
+            k.verify(&text, "p1", "alice", 61_000),
+            Err(TicketError::Expired)
+        );
+        // Another gate's key, a tampered body, and junk.
+        let other = TicketKey::new(b"another-secret-of-thirty-two-byte");
+        assert_eq!(
+            other.verify(&text, "p1", "alice", 2_000),
+            Err(TicketError::Signature)
+        );
+        let (_, body_b) = {
+            let forged = TicketClaims {
+                t: 0,
+                ..claims.clone()
+            };
+            let b = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&forged).unwrap());
+            (forged, b)
+        };
+        let mut parts: Vec<&str> = text.split('.').collect();
+        parts[1] = &body_b;
+        assert_eq!(
+            k.verify(&parts.join("."), "p1", "alice", 2_000),
+            Err(TicketError::Signature)
+        );
+        for junk in ["", "v1", "v1.a.b", "v2.a.b", "v1.a.b.c", &"x".repeat(600)] {
+            assert!(k.verify(junk, "p1", "alice", 2_000).is_err(), "{junk}");
+        }
+    }
+
+    #[test]
+    fn the_tiebreak_is_the_buyers_own_and_cannot_be_rerolled() {
+        let k = TicketKey::new(SECRET);
+        let (_, a1) = k.issue("p1", "alice", 1_000, 60_000);
+        let (_, a2) = k.issue("p1", "alice", 5_000, 60_000);
+        let (_, b) = k.issue("p1", "bob", 1_000, 60_000);
+        assert_eq!(a1.h, a2.h);
+        assert_ne!(a1.h, b.h);
+        assert_ne!(k.tiebreak("p2", "alice"), a1.h);
+    }
+}
