@@ -130,10 +130,11 @@ impl Snapshot {
         let rules = q.rules();
         let key = ticket.key(rules.opens_at_ms);
         let admitted = q.admission.watermark(now_ms, rules).admits(key);
+        // Not admitted means someone is still ahead, whatever the counts say.
         let position = if admitted {
             0
         } else {
-            q.admission.position(key, now_ms, rules)
+            q.admission.position(key, now_ms, rules).max(1)
         };
         let advancing = q.admission.advancing && self.state != SaleState::Closed;
         let eta_s = (advancing && q.admit_per_s > 0).then(|| {

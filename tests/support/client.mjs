@@ -39,12 +39,17 @@ export function client(base, adminToken = ADMIN_TOKEN) {
     stats: (product) => fetch(`${base}/admin/products/${product}/stats`, { headers: admin }).then(json),
     product: (product) => fetch(base_(product)).then(json),
     session: () => fetch(`${base}/api/session`, { method: "POST" }).then(json),
-    reserve: (product, buyer, quantity, key = randomUUID()) =>
+    reserve: (product, buyer, quantity, key = randomUUID(), extra = {}) =>
       fetch(`${base_(product)}/reservations`, {
         method: "POST",
-        headers: asBuyer(buyer, { "content-type": "application/json", "idempotency-key": `"${key}"` }),
+        headers: asBuyer(buyer, { "content-type": "application/json", "idempotency-key": `"${key}"`, ...extra }),
         body: JSON.stringify({ quantity }),
       }).then(json),
+    /** Joins the product's waiting room; the body holds the ticket. */
+    join: (product, buyer, extra = {}) => fetch(`${base_(product)}/queue`, { method: "POST", headers: asBuyer(buyer, extra) }).then(json),
+    /** A ticket's standing in the waiting room. */
+    standing: (product, buyer, ticket, extra = {}) =>
+      fetch(`${base_(product)}/queue`, { headers: asBuyer(buyer, { "flashgate-ticket": ticket, ...extra }) }).then(json),
     reservation: (product, buyer, rid) => fetch(`${base_(product)}/reservations/${rid}`, { headers: asBuyer(buyer) }).then(json),
     /** A confirmation from the shop's payment backend, signed. */
     confirm: (product, buyer, rid, payment_ref = `pay-${rid}`, { keys = PAYMENT_KEYS } = {}) => {

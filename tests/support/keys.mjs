@@ -50,3 +50,21 @@ export function signHeaders({ keys, purpose, method, path, body, nowMs = Date.no
   const sig = createHmac("sha256", secret).update(canonical).digest("hex");
   return { "x-flashgate-key-id": kid, "x-flashgate-timestamp": String(nowMs), "x-flashgate-signature": `v2=${sig}` };
 }
+
+/** A waiting-room ticket as the gate signs it (src/ticket.rs), minted here
+ * independently: `claims` overrides any of p, b, t, h, e. */
+export function queueTicket(claims, { idSecret = ID_SECRET } = {}) {
+  const key = createHmac("sha256", idSecret).update("flashgate waiting-room tickets\n").digest();
+  const tag = (parts) => {
+    const mac = createHmac("sha256", key);
+    for (const part of parts) {
+      const bytes = Buffer.from(part);
+      const len = Buffer.alloc(8);
+      len.writeBigUInt64BE(BigInt(bytes.length));
+      mac.update(len).update(bytes);
+    }
+    return mac.digest();
+  };
+  const body = b64url(JSON.stringify(claims));
+  return `v1.${body}.${b64url(tag(["v1", body]))}`;
+}
