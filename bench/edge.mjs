@@ -8,16 +8,19 @@
 //
 // Figures: reserve throughput and p50/p99 latency (every request a fresh
 // buyer with its own signed token, verified at the edge, and a fresh key, so
-// every one is a durable write), sold-out refusals, the
-// ceiling's /each (one durable put per request) and /hop, the ratio, the
-// wasm size raw and gzipped, cold start, and workerd's peak memory.
+// every one is a durable write), sold-out refusals (answered at the edge),
+// waiting-room polls (answered at the edge), product reads, the ceiling's
+// /each (one durable put per request), /hop (a DO hop, no storage) and
+// /plain (the Worker alone), the ratios, the share of a sale's requests
+// that reach the object (100 units, 20,000 clicks), the wasm size raw and
+// gzipped, cold start, and workerd's peak memory.
 import { spawn } from "node:child_process";
 import { copyFileSync, mkdtempSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { gzipSync } from "node:zlib";
 import { freePort, ROOT, startGate, WORKERD } from "../tests/support/runtime.mjs";
-import { client } from "../tests/support/client.mjs";
+import { client, pool } from "../tests/support/client.mjs";
 import { buyerToken } from "../tests/support/keys.mjs";
 import { load, median } from "./load.mjs";
 
@@ -92,7 +95,18 @@ async function main() {
   const gate = await startGate();
   const api = client(gate.url);
   const ceiling = await startCeiling();
-  const results = { reserve: [], soldOut: [], reads: [], each: [], group: [], hop: [] };
+  const results = { reserve: [], soldOut: [], polls: [], reads: [], each: [], group: [], hop: [], plain: [] };
+  // A waiting room with a crowd already in it: every poll is answered at
+  // the edge from the snapshot.
+  const room = "room";
+  await api.put(room, { stock_total: 1_000_000, admit_per_s: 10, per_buyer_max: 1, quantity_max: 1 });
+  const crowd = [];
+  for (let i = 0; i < 500; i++) {
+    const b = `waiting-${i}`;
+    const r = await api.join(room, b);
+    if (r.status !== 201) throw new Error(JSON.stringify(r.body));
+    crowd.push({ token: api.tokenOf(b), ticket: r.body.ticket });
+  }
   try {
     let run = 0;
     for (let i = 0; i < RUNS; i++) {
@@ -130,9 +144,20 @@ async function main() {
           }),
         }),
       );
-      // Buyer pages polling the product: answered from the edge's cache.
+      results.polls.push(
+        await load({
+          url: gate.url,
+          connections: CONNECTIONS,
+          durationMs: SECONDS * 1000,
+          request: (n) => {
+            const c = crowd[n % crowd.length];
+            return { path: `/api/products/${room}/queue`, headers: { authorization: `Bearer ${c.token}`, "flashgate-ticket": c.ticket } };
+          },
+        }),
+      );
+      // Buyer pages polling the product: answered from the edge's snapshot.
       results.reads.push(await load({ url: gate.url, connections: CONNECTIONS, durationMs: SECONDS * 1000, request: () => ({ path: `/api/products/${sold}` }) }));
-      for (const [name, path] of [["each", "/each"], ["group", "/group"], ["hop", "/hop"]]) {
+      for (const [name, path] of [["each", "/each"], ["group", "/group"], ["hop", "/hop"], ["plain", "/plain"]]) {
         results[name].push(await load({ url: ceiling.url, connections: CONNECTIONS, durationMs: SECONDS * 1000, request: () => ({ path }) }));
       }
     }
@@ -153,15 +178,44 @@ async function main() {
   console.log("");
   console.log(`flashgate reserve (201, durable)  ${fmt(m.reserve)}   statuses ${m.reserve.statuses}`);
   console.log(`flashgate reserve on sold out     ${fmt(m.soldOut)}   statuses ${m.soldOut.statuses}`);
+  console.log(`flashgate waiting-room polls      ${fmt(m.polls)}   statuses ${m.polls.statuses}`);
   console.log(`flashgate product reads (edge)    ${fmt(m.reads)}`);
   console.log(`ceiling /each (JS, put/request)   ${fmt(m.each)}`);
   console.log(`ceiling /group (JS, group commit) ${fmt(m.group)}`);
   console.log(`ceiling /hop (JS, no storage)     ${fmt(m.hop)}`);
+  console.log(`ceiling /plain (JS Worker alone)  ${fmt(m.plain)}`);
   console.log("");
   console.log(`ratio reserve / ceiling-each:  ${(m.reserve.rps / m.each.rps).toFixed(2)}  (per-run: ${results.reserve.map((r, i) => (r.rps / results.each[i].rps).toFixed(2)).join(", ")})`);
   console.log(`ratio sold-out / ceiling-hop:  ${(m.soldOut.rps / m.hop.rps).toFixed(2)}`);
+  console.log(`ratio sold-out / ceiling-plain: ${(m.soldOut.rps / m.plain.rps).toFixed(2)}  (answered at the edge; target 0.8)`);
+  console.log(`ratio polls / ceiling-plain:    ${(m.polls.rps / m.plain.rps).toFixed(2)}  (answered at the edge; target 0.8)`);
+  console.log(`ratio reads / ceiling-plain:    ${(m.reads.rps / m.plain.rps).toFixed(2)}`);
   const kinds = (rs) => JSON.stringify(rs.reduce((a, r) => { for (const [k, v] of Object.entries(r.errorKinds)) a[k] = (a[k] ?? 0) + v; return a; }, {}));
   if (m.reserve.errors || m.soldOut.errors) console.log(`errors: reserve ${m.reserve.errors} ${kinds(results.reserve)}, sold-out ${m.soldOut.errors} ${kinds(results.soldOut)}`);
 }
 
+/** A sale of 100 units to 20,000 clicks from 20,000 buyers at 64 at a time:
+ * how many of those requests the object itself answered. */
+async function sale() {
+  const gate = await startGate();
+  try {
+    const api = client(gate.url);
+    await api.put("sale", { stock_total: 100, per_buyer_max: 1, quantity_max: 1 });
+    const clicks = 20_000;
+    const t0 = performance.now();
+    const answers = await pool(Array.from({ length: clicks }, (_, i) => () => api.reserve("sale", `click-${i}`, 1)), 64);
+    const seconds = (performance.now() - t0) / 1000;
+    const s = (await api.stats("sale")).body;
+    const reserves = Object.values(s.counters.reserve).reduce((a, b) => a + b, 0);
+    const statuses = {};
+    for (const a of answers) statuses[a.status] = (statuses[a.status] ?? 0) + 1;
+    console.log("");
+    console.log(`a sale of 100 units, ${clicks} clicks (64 at a time, ${(clicks / seconds).toFixed(0)} req/s): statuses ${JSON.stringify(statuses)}, sold out at the edge after the first ${reserves} reserves`);
+    console.log(`  requests that reached the object: ${reserves} reserves + ${s.snapshots} snapshots = ${(((reserves + s.snapshots) / clicks) * 100).toFixed(2)}% of the clicks`);
+  } finally {
+    await gate.stop();
+  }
+}
+
 await main();
+await sale();
