@@ -193,15 +193,17 @@ impl Problem {
         Problem::new(ProblemCode::TicketInvalid, detail)
     }
 
-    /// The product's object could not be reached or could not store; the
-    /// client should come back after `retry_after_s`, which the caller
-    /// jitters so that a crowd does not return at once.
-    pub fn unavailable(retry_after_s: u64) -> Self {
+    /// The product's object could not be reached or could not store. The
+    /// client should come back after 1 to 3 seconds, picked by `random`
+    /// (a number in [0, 1)), so that a crowd turned away together does not
+    /// return together.
+    pub fn unavailable(random: f64) -> Self {
+        let retry_after_s = 1 + (random.clamp(0.0, 0.999) * 3.0) as u64;
         Problem::new(
             ProblemCode::Unavailable,
             "the product is busy or briefly unreachable; retry after the given time (it is safe with the same Idempotency-Key)",
         )
-        .header("retry-after", retry_after_s.max(1).to_string())
+        .header("retry-after", retry_after_s.to_string())
     }
 
     pub fn internal() -> Self {
@@ -209,5 +211,24 @@ impl Problem {
             ProblemCode::Internal,
             "the gate could not complete the request; it is safe to retry with the same Idempotency-Key",
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unavailable_spreads_the_retries_over_one_to_three_seconds() {
+        let waits: Vec<u64> = [0.0, 0.3, 0.5, 0.7, 0.99, 1.0, -1.0, f64::NAN]
+            .iter()
+            .map(|&r| {
+                let p = Problem::unavailable(r);
+                assert_eq!(p.status(), 503);
+                p.header_value("retry-after").unwrap().parse().unwrap()
+            })
+            .collect();
+        assert!(waits.iter().all(|w| (1..=3).contains(w)), "{waits:?}");
+        assert_eq!(waits[..5], [1, 1, 2, 3, 3]);
     }
 }

@@ -36,14 +36,8 @@ fn now_ms() -> u64 {
     worker::Date::now().as_millis()
 }
 
-/// Seconds to wait before retrying an unavailable product: 1 to 3, at
-/// random, so that a crowd turned away does not come back all at once.
-fn jittered_retry_s() -> u64 {
-    1 + (worker::js_sys::Math::random() * 3.0) as u64
-}
-
 fn unavailable() -> worker::Result<Response> {
-    http::problem(Problem::unavailable(jittered_retry_s()))
+    http::problem(Problem::unavailable(worker::js_sys::Math::random()))
 }
 
 #[event(fetch)]

@@ -229,8 +229,7 @@ impl DurableObject for ProductGate {
             // crowd does not return at once) is safe.
             Err(e) => {
                 worker::console_error!("ProductGate: {e}");
-                let retry_s = 1 + (js_sys::Math::random() * 3.0) as u64;
-                return http::problem(Problem::unavailable(retry_s));
+                return http::problem(Problem::unavailable(js_sys::Math::random()));
             }
         };
         // The decision is committed; a failure to move the alarm must not

@@ -284,3 +284,33 @@ test("the pre-queue: arrivals before the opening wait, then are admitted at the 
     await gate.stop();
   }
 });
+
+test("stock that comes back (an expired hold) reaches the edge within about a second", async () => {
+  const gate = await startGate();
+  try {
+    const api = client(gate.url);
+    const P = "comeback";
+    await api.put(P, { stock_total: 1, per_buyer_max: 1, quantity_max: 1, hold_ttl_ms: 3_000 });
+    const held = await api.reserve(P, "first", 1);
+    assert.equal(held.status, 201);
+    await soldOutAtTheEdge(api, P);
+    const before = reached((await api.stats(P)).body);
+    assert.equal((await api.reserve(P, "second", 1)).body.code, "sold_out");
+    assert.equal(reached((await api.stats(P)).body), before, "answered at the edge");
+    // The hold expires at expires_at_ms; the object's alarm gives the unit
+    // back, and the edge's next snapshot shows it.
+    const expiresAt = held.body.expires_at_ms;
+    let got;
+    for (;;) {
+      got = await api.reserve(P, "second", 1, `again-${Date.now()}`);
+      if (got.status === 201 || Date.now() > expiresAt + 5_000) break;
+      await sleep(100);
+    }
+    assert.equal(got.status, 201, JSON.stringify(got.body));
+    const lag = Date.now() - expiresAt;
+    console.log(`stock back at the edge ${lag} ms after the hold expired`);
+    assert.ok(lag < 2_500, why(`${lag} ms`));
+  } finally {
+    await gate.stop();
+  }
+});
