@@ -26,6 +26,7 @@ pub mod buyer_filter;
 pub mod codes;
 pub mod delivery;
 pub mod edge_cache;
+pub mod group_commit;
 pub mod ids;
 pub mod object;
 pub mod page;

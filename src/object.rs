@@ -45,7 +45,7 @@ pub struct Stored {
     pub rows: Vec<Row>,
 }
 
-/// The object's durable storage. Both calls are synchronous, as the
+/// The object's durable storage. Every call is synchronous, as the
 /// Durable Object's SQL is.
 pub trait Storage {
     /// The stored product, or `None` if this object never held one.
@@ -53,7 +53,21 @@ pub trait Storage {
     /// Writes one decision's changes; for a product being created, first
     /// its tables and id.
     fn write(&mut self, create: Option<&str>, changes: &[Change]) -> Result<(), StorageError>;
+    /// Runs `body` as one transaction: if it returns an error, or the commit
+    /// fails, none of its writes are stored (`transactionSync` in the
+    /// Worker).
+    fn atomically<T>(
+        &mut self,
+        body: impl FnOnce(&mut Self) -> Result<T, StorageError>,
+    ) -> Result<T, StorageError>
+    where
+        Self: Sized;
 }
+
+/// The most commands one batch applies: a bound on the work of one turn
+/// (and on the replies a failed flush turns into 503s). Commands beyond it
+/// wait for the next batch.
+pub const COMMANDS_PER_BATCH_MAX: usize = 256;
 
 /// A batch leased from the outbox, for the shell to sign and send.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -149,7 +163,47 @@ impl ProductObject {
         cmd: &Command,
         now_ms: u64,
     ) -> Result<Reply, StorageError> {
-        self.ensure_loaded(store)?;
+        let mut replies = self.commands(store, std::slice::from_ref(cmd), now_ms)?;
+        Ok(replies.pop().expect("one reply per command"))
+    }
+
+    /// Group commit: runs a batch of commands in one transaction. Each is
+    /// decided and its rows written in turn, exactly as one command alone,
+    /// so a later command sees what an earlier one decided; the rows of all
+    /// of them then commit together. Either every reply is returned, or
+    /// none: a failed write or commit anywhere in the batch rolls the whole
+    /// batch back and poisons the object, so nothing unwritten is
+    /// acknowledged. At most `COMMANDS_PER_BATCH_MAX` commands.
+    pub fn commands(
+        &mut self,
+        store: &mut impl Storage,
+        cmds: &[Command],
+        now_ms: u64,
+    ) -> Result<Vec<Reply>, StorageError> {
+        assert!(
+            cmds.len() <= COMMANDS_PER_BATCH_MAX,
+            "a batch over its limit"
+        );
+        let snapshots_before = self.delivery.snapshots;
+        let result = store.atomically(|s| {
+            self.ensure_loaded(s)?;
+            cmds.iter().map(|cmd| self.decide(s, cmd, now_ms)).collect()
+        });
+        if result.is_err() {
+            // The rows are rolled back, so memory is ahead of storage. Even
+            // when the body succeeded and only the commit failed.
+            self.poisoned = true;
+            self.delivery.snapshots = snapshots_before;
+        }
+        result
+    }
+
+    fn decide(
+        &mut self,
+        store: &mut impl Storage,
+        cmd: &Command,
+        now_ms: u64,
+    ) -> Result<Reply, StorageError> {
         if matches!(cmd, Command::Snapshot { .. }) {
             self.delivery.snapshots += 1;
         }
@@ -170,13 +224,19 @@ impl ProductObject {
     /// holds expired.
     pub fn alarm(&mut self, store: &mut impl Storage, now_ms: u64) -> Result<u32, StorageError> {
         self.alarm_at_ms = None;
-        self.ensure_loaded(store)?;
-        let expired = match self.product.as_mut() {
-            Some(p) => p.gate.handle_timeout(now_ms),
-            None => 0,
-        };
-        self.persist(store, false)?;
-        Ok(expired)
+        let result = store.atomically(|s| {
+            self.ensure_loaded(s)?;
+            let expired = match self.product.as_mut() {
+                Some(p) => p.gate.handle_timeout(now_ms),
+                None => 0,
+            };
+            self.persist(s, false)?;
+            Ok(expired)
+        });
+        if result.is_err() {
+            self.poisoned = true;
+        }
+        result
     }
 
     /// The instant to set the alarm to, if it must move: only earlier, since
@@ -258,8 +318,11 @@ impl ProductObject {
                 Settled::Failed { error, nacked }
             }
         };
-        self.persist(store, false)?;
-        Ok(settled)
+        let written = store.atomically(|s| self.persist(s, false));
+        if written.is_err() {
+            self.poisoned = true;
+        }
+        written.map(|()| settled)
     }
 
     /// For tests and the simulator: the rows the object holds in memory.

@@ -30,6 +30,13 @@ pub trait SqlDb {
     fn exec(&mut self, sql: &str, params: &[SqlValue]) -> Result<(), StorageError>;
     /// Every row of a query, each as `T` (columns by name).
     fn query<T: DeserializeOwned>(&mut self, sql: &str) -> Result<Vec<T>, StorageError>;
+    /// Runs `body` as one transaction, rolled back if it returns an error.
+    fn atomically<T>(
+        &mut self,
+        body: impl FnOnce(&mut Self) -> Result<T, StorageError>,
+    ) -> Result<T, StorageError>
+    where
+        Self: Sized;
 }
 
 /// The version of the tables below. A product stored under another
@@ -492,18 +499,23 @@ pub fn load(db: &mut impl SqlDb) -> Result<Option<Stored>, StorageError> {
     }))
 }
 
-/// The object's storage over a SQL database.
-pub struct SqlStore<D>(pub D);
-
-impl<D: SqlDb> Storage for SqlStore<D> {
+/// Every SQL database is the object's storage.
+impl<D: SqlDb> Storage for D {
     fn load(&mut self) -> Result<Option<Stored>, StorageError> {
-        load(&mut self.0)
+        load(self)
     }
 
     fn write(&mut self, create: Option<&str>, changes: &[Change]) -> Result<(), StorageError> {
         if let Some(id) = create {
-            self::create(&mut self.0, id)?;
+            self::create(self, id)?;
         }
-        write(&mut self.0, changes)
+        write(self, changes)
+    }
+
+    fn atomically<T>(
+        &mut self,
+        body: impl FnOnce(&mut Self) -> Result<T, StorageError>,
+    ) -> Result<T, StorageError> {
+        SqlDb::atomically(self, body)
     }
 }

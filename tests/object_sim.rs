@@ -9,6 +9,11 @@
 //! next deadline, and that every confirmed order reaches the origin exactly
 //! once in the end (I2), whatever failed on the way.
 //!
+//! Commands run in batches, as the Worker's group commit runs them: a write
+//! or a commit fails at any point inside a batch, and then no command of it
+//! is answered and none of its rows is stored; an eviction between batches
+//! loses only the commands still waiting, which nobody was answered for.
+//!
 //! `cargo test --test object_sim` runs 100 seeds of 3,000 steps.
 //! `OBJECT_SIM_SEED=n` runs one seed, `OBJECT_SIM_SEEDS=n` n seeds, and
 //! `OBJECT_SIM_STEPS=n` sets the steps per seed. A failure prints its seed.
@@ -40,14 +45,21 @@ impl Rng {
 }
 
 /// Storage as a map of rows, as SQLite holds them, that can be told to fail
-/// its next write or load. A failed write applies nothing.
+/// a write a few writes from now, its next commit, or its next load. A
+/// failed write applies nothing, and a transaction that fails rolls back
+/// every write inside it.
 #[derive(Default)]
 struct MemStorage {
     product_id: Option<String>,
     rows: BTreeMap<RowKey, Row>,
-    fail_writes: u32,
+    /// Fail the write this many writes from now.
+    fail_write_in: Option<u32>,
+    fail_commits: u32,
     fail_loads: u32,
     loads: u64,
+    /// Transactions committed with more than one write in them.
+    grouped_commits: u64,
+    writes_in_transaction: u32,
 }
 
 impl Storage for MemStorage {
@@ -63,11 +75,36 @@ impl Storage for MemStorage {
         }))
     }
 
-    fn write(&mut self, create: Option<&str>, changes: &[Change]) -> Result<(), StorageError> {
-        if self.fail_writes > 0 {
-            self.fail_writes -= 1;
-            return Err(StorageError("injected write failure".into()));
+    fn atomically<T>(
+        &mut self,
+        body: impl FnOnce(&mut Self) -> Result<T, StorageError>,
+    ) -> Result<T, StorageError> {
+        let saved = (self.product_id.clone(), self.rows.clone());
+        self.writes_in_transaction = 0;
+        let r = body(self).and_then(|t| {
+            if self.fail_commits > 0 {
+                self.fail_commits -= 1;
+                return Err(StorageError("injected commit failure".into()));
+            }
+            Ok(t)
+        });
+        match r {
+            Ok(_) if self.writes_in_transaction > 1 => self.grouped_commits += 1,
+            Ok(_) => {}
+            Err(_) => (self.product_id, self.rows) = saved,
         }
+        r
+    }
+
+    fn write(&mut self, create: Option<&str>, changes: &[Change]) -> Result<(), StorageError> {
+        if let Some(n) = self.fail_write_in.as_mut() {
+            if *n == 0 {
+                self.fail_write_in = None;
+                return Err(StorageError("injected write failure".into()));
+            }
+            *n -= 1;
+        }
+        self.writes_in_transaction += 1;
         if let Some(id) = create {
             assert!(self.product_id.is_none(), "a product is created once");
             self.product_id = Some(id.to_string());
@@ -175,6 +212,10 @@ struct Sim {
     failed_writes: u64,
     reloads: u64,
     created: bool,
+    /// Commands that arrived and wait for the next batch (group commit).
+    pending: Vec<Command>,
+    batches: u64,
+    failed_batches: u64,
 }
 
 const PRODUCT: &str = "sim";
@@ -206,6 +247,9 @@ impl Sim {
             failed_writes: 0,
             reloads: 0,
             created: false,
+            pending: Vec::new(),
+            batches: 0,
+            failed_batches: 0,
         }
     }
 
@@ -213,30 +257,67 @@ impl Sim {
         format!("b{}", self.rng.below(12))
     }
 
+    /// A command arrives. It waits for the next batch, which runs now
+    /// about half the time, as requests of one tick share a batch.
     fn command(&mut self, cmd: Command) -> String {
+        self.pending.push(cmd);
+        if self.pending.len() > self.rng.below(8) as usize || self.rng.chance(40) {
+            self.flush()
+        } else {
+            format!("queued ({} waiting)", self.pending.len())
+        }
+    }
+
+    /// Runs the waiting commands as one batch and checks every reply: all
+    /// of them are answered, and each 2xx is stored; or none is answered,
+    /// and storage holds none of the batch.
+    fn flush(&mut self) -> String {
+        let batch = std::mem::take(&mut self.pending);
+        if batch.is_empty() {
+            return "flush: nothing waiting".into();
+        }
         let poisoned = self.object.is_poisoned();
         let loads = self.store.loads;
-        let result = self.object.command(&mut self.store, &cmd, self.now);
+        let before = (self.store.product_id.clone(), self.store.rows.clone());
+        let result = self.object.commands(&mut self.store, &batch, self.now);
         if poisoned && self.store.loads > loads {
             self.reloads += 1;
         }
-        let desc = format!("{cmd:?}");
-        let reply = match result {
-            Ok(reply) => reply,
-            Err(_) => {
+        self.batches += 1;
+        let replies = match result {
+            Ok(replies) => replies,
+            Err(e) => {
                 self.failed_writes += 1;
+                self.failed_batches += 1;
                 assert!(
                     self.object.is_poisoned(),
-                    "{desc}: a failed write must poison"
+                    "batch of {}: a failed write must poison",
+                    batch.len()
                 );
-                return format!("{desc} -> storage error");
+                assert!(
+                    (self.store.product_id.clone(), self.store.rows.clone()) == before,
+                    "batch of {}: a failed batch ({e}) left some of its rows stored",
+                    batch.len()
+                );
+                return format!("batch of {} -> storage error", batch.len());
             }
         };
+        assert_eq!(replies.len(), batch.len(), "one reply per command");
+        let mut out = format!("batch of {}:", batch.len());
+        for (cmd, reply) in batch.iter().zip(replies) {
+            out.push_str(&format!(" {}", self.acknowledged(cmd, &reply)));
+        }
+        out
+    }
+
+    /// Checks that what `reply` acknowledged is stored, and remembers it.
+    fn acknowledged(&mut self, cmd: &Command, reply: &flashgate::reply::Reply) -> String {
+        let desc = format!("{cmd:?}");
         // What a 2xx acknowledged must be in storage now.
         if matches!(cmd, Command::Upsert { .. } | Command::Restock { .. }) && reply.status < 300 {
             self.acked_total = reply.body["stock_total"].as_u64();
         }
-        match (&cmd, reply.status) {
+        match (cmd, reply.status) {
             (Command::Upsert { .. }, 201) => self.created = true,
             (Command::Reserve { buyer, .. }, 201) => {
                 let id: u64 = reply.body["reservation_id"]
@@ -266,7 +347,7 @@ impl Sim {
             }
             _ => {}
         }
-        format!("{desc} -> {}", reply.status)
+        format!("{desc} -> {};", reply.status)
     }
 
     fn stored_reservation(&self, id: u64) -> Option<&flashgate_core::ReservationRow> {
@@ -341,7 +422,11 @@ impl Sim {
     fn step(&mut self) -> String {
         // Faults are injected before an event, as a disk would fail.
         if self.rng.chance(4) {
-            self.store.fail_writes = 1;
+            // Often inside a batch, after some of its commands wrote.
+            self.store.fail_write_in = Some(self.rng.below(4) as u32);
+        }
+        if self.rng.chance(1) {
+            self.store.fail_commits = 1;
         }
         if self.rng.chance(1) {
             self.store.fail_loads = 1;
@@ -469,9 +554,11 @@ impl Sim {
             85..=87 => {
                 // Eviction: the object is rebuilt from storage, and a delivery
                 // in flight dies with the old instance.
+                // Commands waiting for a batch die unanswered with it.
                 self.object = ProductObject::new(SECRET);
                 self.in_flight = None;
-                "evicted".into()
+                let lost = std::mem::take(&mut self.pending).len();
+                format!("evicted ({lost} unanswered commands)")
             }
             _ => {
                 self.key += 1;
@@ -573,9 +660,12 @@ impl Sim {
     /// Ends the run: no more faults, time passes, the outbox drains, and the
     /// origin then holds exactly the stored confirmations (I2).
     fn finish(&mut self) {
-        self.store.fail_writes = 0;
+        self.store.fail_write_in = None;
+        self.store.fail_commits = 0;
         self.store.fail_loads = 0;
         self.in_flight = None;
+        let last = self.flush();
+        assert!(!last.contains("error"), "{last}");
         for _ in 0..10_000 {
             self.now += 1_000;
             if let Some(at) = self.object.alarm_at_ms() {
@@ -640,7 +730,7 @@ impl Sim {
     }
 }
 
-fn run_seed(seed: u64, steps: u64) -> Result<(u64, u64, u64, u64), String> {
+fn run_seed(seed: u64, steps: u64) -> Result<[u64; 6], String> {
     let mut sim = Sim::new(seed);
     let mut last = String::from("start");
     let result = catch_unwind(AssertUnwindSafe(|| {
@@ -650,12 +740,14 @@ fn run_seed(seed: u64, steps: u64) -> Result<(u64, u64, u64, u64), String> {
         }
         last = "finish".into();
         sim.finish();
-        (
+        [
             sim.failed_writes,
             sim.reloads,
             sim.stale,
             sim.origin.deliveries,
-        )
+            sim.store.grouped_commits,
+            sim.failed_batches,
+        ]
     }));
     result.map_err(|e| {
         let msg = e
@@ -683,11 +775,13 @@ fn simulate_the_object_under_faults() {
         (None, None) => (0..100).collect(),
     };
     let mut failures = Vec::new();
-    let mut totals = (0, 0, 0, 0);
+    let mut totals = [0u64; 6];
     for &seed in &seeds {
         match run_seed(seed, steps) {
-            Ok((w, r, s, d)) => {
-                totals = (totals.0 + w, totals.1 + r, totals.2 + s, totals.3 + d);
+            Ok(counts) => {
+                for (t, c) in totals.iter_mut().zip(counts) {
+                    *t += c;
+                }
             }
             Err(e) => {
                 eprintln!("{e}");
@@ -696,16 +790,18 @@ fn simulate_the_object_under_faults() {
         }
     }
     eprintln!(
-        "object sim: {} seeds x {steps} steps; failed writes {}, reloads {}, stale deliveries {}, deliveries {}; failing seeds {failures:?}",
+        "object sim: {} seeds x {steps} steps; failed writes {}, reloads {}, stale deliveries {}, deliveries {}, grouped commits {}, failed batches {}; failing seeds {failures:?}",
         seeds.len(),
-        totals.0,
-        totals.1,
-        totals.2,
-        totals.3
+        totals[0],
+        totals[1],
+        totals[2],
+        totals[3],
+        totals[4],
+        totals[5],
     );
     assert!(failures.is_empty(), "failing seeds: {failures:?}");
     // The run must reach the paths it exists for.
     if seeds.len() >= 20 {
-        assert!(totals.0 > 0 && totals.1 > 0 && totals.2 > 0, "{totals:?}");
+        assert!(totals.iter().all(|&t| t > 0), "{totals:?}");
     }
 }

@@ -1,25 +1,34 @@
 //! The object's SQL (`flashgate::sql`) run against real SQLite: the same
 //! schema, statements and row mapping the Durable Object executes, here
 //! through rusqlite. A seeded run of gate operations writes every change
-//! through `SqlStore` and checks, after every step, that loading the
+//! through its `Storage` and checks, after every step, that loading the
 //! database back restores a gate identical to the one in memory.
 //!
 //! `SQL_SEED=n` replays one seed; a failure prints its seed and step.
 
 use flashgate::api::Command;
 use flashgate::object::{ProductObject, Storage, StorageError};
-use flashgate::sql::{SqlDb, SqlStore, SqlValue};
+use flashgate::sql::{SqlDb, SqlValue};
 use flashgate_core::{splitmix64, Config, ConfigPatch, Gate, Mode};
 use rusqlite::types::ValueRef;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-/// `SqlDb` over an in-memory SQLite database.
-struct Lite(rusqlite::Connection);
+/// `SqlDb` over an in-memory SQLite database. It can be told to fail the
+/// `n`th statement from now, or its next commit.
+struct Lite {
+    conn: rusqlite::Connection,
+    fail_exec_in: Option<u32>,
+    fail_commit: bool,
+}
 
 impl Lite {
     fn new() -> Lite {
-        Lite(rusqlite::Connection::open_in_memory().expect("sqlite opens"))
+        Lite {
+            conn: rusqlite::Connection::open_in_memory().expect("sqlite opens"),
+            fail_exec_in: None,
+            fail_commit: false,
+        }
     }
 }
 
@@ -29,6 +38,13 @@ fn failed(e: impl std::fmt::Display) -> StorageError {
 
 impl SqlDb for Lite {
     fn exec(&mut self, sql: &str, params: &[SqlValue]) -> Result<(), StorageError> {
+        if let Some(n) = self.fail_exec_in.as_mut() {
+            if *n == 0 {
+                self.fail_exec_in = None;
+                return Err(StorageError("injected statement failure".into()));
+            }
+            *n -= 1;
+        }
         let values: Vec<rusqlite::types::Value> = params
             .iter()
             .map(|p| match p {
@@ -37,16 +53,37 @@ impl SqlDb for Lite {
                 SqlValue::Null => rusqlite::types::Value::Null,
             })
             .collect();
-        self.0
+        self.conn
             .execute(sql, rusqlite::params_from_iter(values))
             .map(drop)
             .map_err(failed)
     }
 
+    fn atomically<T>(
+        &mut self,
+        body: impl FnOnce(&mut Self) -> Result<T, StorageError>,
+    ) -> Result<T, StorageError> {
+        self.conn.execute_batch("BEGIN").map_err(failed)?;
+        let r = body(self).and_then(|t| {
+            if self.fail_commit {
+                self.fail_commit = false;
+                return Err(StorageError("injected commit failure".into()));
+            }
+            self.conn
+                .execute_batch("COMMIT")
+                .map_err(failed)
+                .map(|()| t)
+        });
+        if r.is_err() {
+            self.conn.execute_batch("ROLLBACK").map_err(failed)?;
+        }
+        r
+    }
+
     fn query<T: DeserializeOwned>(&mut self, sql: &str) -> Result<Vec<T>, StorageError> {
         // Rows become JSON objects keyed by column name, as the Workers
         // runtime hands them to `SqlCursor::to_array`.
-        let mut stmt = self.0.prepare(sql).map_err(failed)?;
+        let mut stmt = self.conn.prepare(sql).map_err(failed)?;
         let names: Vec<String> = stmt.column_names().iter().map(|s| s.to_string()).collect();
         let mut rows = stmt.query([]).map_err(failed)?;
         let mut out = Vec::new();
@@ -87,7 +124,7 @@ fn sqlite_restores_exactly_what_the_gate_wrote() {
     };
     for seed in seeds {
         let mut rng = Rng(seed);
-        let mut store = SqlStore(Lite::new());
+        let mut store = Lite::new();
         assert_eq!(
             store.load().unwrap(),
             None,
@@ -181,7 +218,7 @@ fn sqlite_restores_exactly_what_the_gate_wrote() {
 /// after an eviction) reads the same answers back.
 #[test]
 fn an_object_over_sqlite_survives_a_reload() {
-    let mut store = SqlStore(Lite::new());
+    let mut store = Lite::new();
     let mut obj = ProductObject::new(SECRET);
     let create = Command::Upsert {
         product_id: "p1".into(),
@@ -222,6 +259,80 @@ fn an_older_schema_is_refused_with_a_clear_error() {
     ] {
         db.exec(stmt, &[]).unwrap();
     }
-    let err = SqlStore(db).load().unwrap_err();
+    let err = db.load().unwrap_err();
     assert!(err.0.contains("schema version 1"), "{err}");
+}
+
+fn reserve(buyer: &str, key: &str) -> Command {
+    Command::Reserve {
+        product_id: "p1".into(),
+        buyer: buyer.into(),
+        idem_key: key.into(),
+        quantity: 1,
+        ticket: None,
+    }
+}
+
+/// Group commit on real SQLite: a statement that fails anywhere inside a
+/// batch, or a commit that fails after it, stores none of the batch, answers
+/// none of it, and the next batch decides from what storage holds. Every
+/// statement position of the batch is tried.
+#[test]
+fn a_failure_inside_a_batch_stores_none_of_it() {
+    let create = Command::Upsert {
+        product_id: "p1".into(),
+        patch: serde_json::from_str(r#"{"stock_total": 50, "opens_at_ms": null}"#).unwrap(),
+    };
+    // How many statements a clean batch of six reserves runs.
+    let batch: Vec<Command> = (0..6).map(|i| reserve(&format!("b{i}"), "k")).collect();
+    let mut statements = 0;
+    loop {
+        let mut store = Lite::new();
+        let mut obj = ProductObject::new(SECRET);
+        assert_eq!(obj.command(&mut store, &create, 1).unwrap().status, 201);
+        obj.command(&mut store, &reserve("early", "k"), 2).unwrap();
+        let before = store.load().unwrap();
+        let failing_at = statements;
+        store.fail_exec_in = Some(failing_at);
+        match obj.commands(&mut store, &batch, 3) {
+            Ok(replies) => {
+                // The failure point lay past the batch: it ran whole.
+                assert!(replies.iter().all(|r| r.status == 201), "{replies:?}");
+                store.fail_exec_in = None;
+                break;
+            }
+            Err(e) => {
+                assert!(e.0.contains("injected"), "statement {failing_at}: {e}");
+                assert_eq!(
+                    store.load().unwrap(),
+                    before,
+                    "statement {failing_at}: a failed batch left rows behind"
+                );
+                assert!(obj.is_poisoned(), "statement {failing_at}: not poisoned");
+                // The next batch reloads and sells the same units again.
+                let again = obj.commands(&mut store, &batch, 4).unwrap();
+                assert!(again.iter().all(|r| r.status == 201), "{again:?}");
+            }
+        }
+        statements += 1;
+        assert!(statements < 1_000, "the batch never ran whole");
+    }
+    assert!(
+        statements > 6,
+        "a batch of six reserves ran {statements} statements"
+    );
+
+    // The commit itself fails: nothing of the batch is stored.
+    let mut store = Lite::new();
+    let mut obj = ProductObject::new(SECRET);
+    obj.command(&mut store, &create, 1).unwrap();
+    let before = store.load().unwrap();
+    store.fail_commit = true;
+    assert!(obj.commands(&mut store, &batch, 3).is_err());
+    assert_eq!(store.load().unwrap(), before, "a failed commit stored rows");
+    let read = Command::GetProduct {
+        product_id: "p1".into(),
+    };
+    let p = obj.command(&mut store, &read, 4).unwrap();
+    assert_eq!(p.body["available"].as_u64(), Some(50), "{:?}", p.body);
 }

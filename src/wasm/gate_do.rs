@@ -3,9 +3,11 @@
 //! object, passes it the SQL storage to write through, sets the alarm the
 //! object asks for, and performs the fetches its leases describe.
 //!
-//! Correctness rests on three rules (ARCHITECTURE.md):
+//! Correctness rests on these rules (ARCHITECTURE.md):
 //! - Between a decision and the write of its rows nothing is awaited; both
-//!   happen inside one synchronous call of the object.
+//!   happen inside one synchronous call of the object. Commands are grouped
+//!   (`group_commit`), never writes: a batch of commands is decided and
+//!   written in one turn, in one `transactionSync`.
 //! - No `RefCell` borrow is held across an `.await`.
 //! - The alarm handler is idempotent: running it twice at the same instant
 //!   does nothing the second time.
@@ -24,10 +26,10 @@ use worker::{
 
 use crate::api::Command;
 use crate::delivery::{self, Attempt};
+use crate::group_commit::{Answer, Batcher};
 use crate::object::{ProductObject, Settled};
 use crate::problem::Problem;
 use crate::settings::Forwarding;
-use crate::sql::SqlStore;
 use crate::wasm::sqlite::DoSql;
 use crate::wasm::{config, http};
 use flashgate_wire::signing::{self, Purpose};
@@ -38,6 +40,7 @@ pub struct ProductGate {
     state: State,
     env: Env,
     object: Rc<RefCell<ProductObject>>,
+    batcher: RefCell<Batcher>,
 }
 
 fn now_ms() -> u64 {
@@ -45,8 +48,30 @@ fn now_ms() -> u64 {
 }
 
 impl ProductGate {
-    fn store(&self) -> SqlStore<DoSql> {
-        SqlStore(DoSql(self.state.storage().sql()))
+    fn store(&self) -> DoSql {
+        DoSql::new(&self.state)
+    }
+
+    /// Runs the oldest waiting commands as one batch, then moves the alarm
+    /// if the batch asks for it.
+    async fn run_batch(&self) {
+        let (tickets, cmds) = self.batcher.borrow_mut().take_batch();
+        if tickets.is_empty() {
+            return;
+        }
+        let outcome = self
+            .object
+            .borrow_mut()
+            .commands(&mut self.store(), &cmds, now_ms());
+        if let Err(e) = &outcome {
+            worker::console_error!("ProductGate: a batch of {} failed: {e}", cmds.len());
+        }
+        self.batcher.borrow_mut().answer(tickets, outcome);
+        // The decisions are committed; a failure to move the alarm must not
+        // turn their answers into errors. The next batch or alarm re-arms.
+        if let Err(e) = self.arm().await {
+            worker::console_error!("ProductGate: could not set the alarm: {e}");
+        }
     }
 
     /// Moves the alarm earlier if the object asks for it.
@@ -183,12 +208,11 @@ impl DurableObject for ProductGate {
             .map(|s| s.id_secret.clone())
             .unwrap_or_default();
         let object = Rc::new(RefCell::new(ProductObject::new(&id_secret)));
-        let (slot, storage) = (object.clone(), state.storage());
+        let (slot, storage, mut store) = (object.clone(), state.storage(), DoSql::new(&state));
         // Hold every event back until the gate is rebuilt from storage. A
         // load that fails leaves the object unloaded; the next event tries
         // again.
         let _init = state.block_concurrency_while(async move {
-            let mut store = SqlStore(DoSql(storage.sql()));
             if let Err(e) = slot.borrow_mut().ensure_loaded(&mut store) {
                 worker::console_error!("ProductGate: could not load: {e}");
             }
@@ -197,7 +221,12 @@ impl DurableObject for ProductGate {
                 .alarm_found(alarm.map(|t| t.max(0) as u64));
             Ok(())
         });
-        ProductGate { state, env, object }
+        ProductGate {
+            state,
+            env,
+            object,
+            batcher: RefCell::default(),
+        }
     }
 
     async fn fetch(&self, mut req: Request) -> worker::Result<Response> {
@@ -218,26 +247,25 @@ impl DurableObject for ProductGate {
                 return http::problem(Problem::internal());
             }
         };
-        let result = self
-            .object
-            .borrow_mut()
-            .command(&mut self.store(), &cmd, now_ms());
-        let reply = match result {
-            Ok(reply) => reply,
-            // Storage failed: nothing was acknowledged, the object reloads
-            // at its next event, and a retry (after a jittered pause, so a
-            // crowd does not return at once) is safe.
-            Err(e) => {
-                worker::console_error!("ProductGate: {e}");
-                return http::problem(Problem::unavailable(js_sys::Math::random()));
+        // Group commit: wait one tick, so the commands that arrive in it
+        // share a batch, then take this command's answer; the first request
+        // to wake runs the batch for all of them.
+        let ticket = self.batcher.borrow_mut().enqueue(cmd);
+        Delay::from(Duration::ZERO).await;
+        let answer = loop {
+            if let Some(answer) = self.batcher.borrow_mut().take_answer(ticket) {
+                break answer;
             }
+            self.run_batch().await;
         };
-        // The decision is committed; a failure to move the alarm must not
-        // turn its answer into an error. The next request or alarm re-arms.
-        if let Err(e) = self.arm().await {
-            worker::console_error!("ProductGate: could not set the alarm: {e}");
+        match answer {
+            Answer::Reply(reply) => http::respond(reply),
+            // Storage failed: nothing of the batch was stored or
+            // acknowledged, the object reloads at its next event, and a
+            // retry (after a jittered pause, so a crowd does not return at
+            // once) is safe.
+            Answer::Failed(_) => http::problem(Problem::unavailable(js_sys::Math::random())),
         }
-        http::respond(reply)
     }
 
     async fn alarm(&self) -> worker::Result<Response> {

@@ -1,0 +1,137 @@
+//! Group commit: the commands that reach the object in one tick are applied
+//! as one batch, in one transaction (`ProductObject::commands`), and each
+//! request then takes its own answer.
+//!
+//! Pure bookkeeping, tested natively; `wasm/gate_do.rs` drives it. A request
+//! enqueues its command and waits one tick on a timer of its own (a request
+//! never awaits a promise that another request created). The first request
+//! to wake runs the batch for everyone queued, up to
+//! `object::COMMANDS_PER_BATCH_MAX`; the others wake to find their answers
+//! waiting. Replies leave only after the batch's transaction committed, and
+//! the runtime's output gate holds them until that write is durable.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::api::Command;
+use crate::object::{StorageError, COMMANDS_PER_BATCH_MAX};
+use crate::reply::Reply;
+
+/// A queued command's place in line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Ticket(u64);
+
+/// What a queued command's request answers.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answer {
+    Reply(Reply),
+    /// The batch's transaction failed: nothing of it was stored, and the
+    /// request gets 503.
+    Failed(StorageError),
+}
+
+#[derive(Default)]
+pub struct Batcher {
+    next: u64,
+    waiting: VecDeque<(Ticket, Command)>,
+    answers: BTreeMap<Ticket, Answer>,
+}
+
+impl Batcher {
+    pub fn enqueue(&mut self, cmd: Command) -> Ticket {
+        let ticket = Ticket(self.next);
+        self.next += 1;
+        self.waiting.push_back((ticket, cmd));
+        ticket
+    }
+
+    /// The oldest waiting commands, at most a batch of them.
+    pub fn take_batch(&mut self) -> (Vec<Ticket>, Vec<Command>) {
+        let n = self.waiting.len().min(COMMANDS_PER_BATCH_MAX);
+        self.waiting.drain(..n).unzip()
+    }
+
+    /// Files the batch's outcome under each of its tickets.
+    pub fn answer(&mut self, tickets: Vec<Ticket>, outcome: Result<Vec<Reply>, StorageError>) {
+        match outcome {
+            Ok(replies) => {
+                assert_eq!(replies.len(), tickets.len(), "one reply per command");
+                for (t, r) in tickets.into_iter().zip(replies) {
+                    self.answers.insert(t, Answer::Reply(r));
+                }
+            }
+            Err(e) => {
+                for t in tickets {
+                    self.answers.insert(t, Answer::Failed(e.clone()));
+                }
+            }
+        }
+    }
+
+    /// The answer for `ticket`, once its batch ran. Taking it removes it.
+    pub fn take_answer(&mut self, ticket: Ticket) -> Option<Answer> {
+        self.answers.remove(&ticket)
+    }
+
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(i: u64) -> Command {
+        Command::GetProduct {
+            product_id: format!("p{i}"),
+        }
+    }
+
+    #[test]
+    fn each_request_takes_its_own_answer_once() {
+        let mut b = Batcher::default();
+        let tickets: Vec<Ticket> = (0..3).map(|i| b.enqueue(read(i))).collect();
+        let (batch, cmds) = b.take_batch();
+        assert_eq!(batch, tickets);
+        assert_eq!(cmds, (0..3).map(read).collect::<Vec<_>>());
+        let replies = (0..3)
+            .map(|i| Reply::ok(200, serde_json::json!(i)))
+            .collect();
+        b.answer(batch, Ok(replies));
+        assert_eq!(
+            b.take_answer(tickets[1]),
+            Some(Answer::Reply(Reply::ok(200, serde_json::json!(1))))
+        );
+        assert_eq!(b.take_answer(tickets[1]), None, "taken twice");
+        assert!(b.take_answer(tickets[0]).is_some());
+        assert!(b.take_answer(tickets[2]).is_some());
+    }
+
+    #[test]
+    fn a_failed_batch_fails_every_command_in_it_and_no_other() {
+        let mut b = Batcher::default();
+        let first = b.enqueue(read(0));
+        let (batch, _) = b.take_batch();
+        let late = b.enqueue(read(1));
+        b.answer(batch, Err(StorageError("disk".into())));
+        assert_eq!(
+            b.take_answer(first),
+            Some(Answer::Failed(StorageError("disk".into())))
+        );
+        assert_eq!(b.take_answer(late), None, "a later command is not failed");
+        assert_eq!(b.waiting(), 1);
+    }
+
+    #[test]
+    fn a_batch_holds_at_most_its_limit_in_arrival_order() {
+        let mut b = Batcher::default();
+        let tickets: Vec<Ticket> = (0..COMMANDS_PER_BATCH_MAX as u64 + 5)
+            .map(|i| b.enqueue(read(i)))
+            .collect();
+        let (first, _) = b.take_batch();
+        assert_eq!(first, tickets[..COMMANDS_PER_BATCH_MAX]);
+        let (second, _) = b.take_batch();
+        assert_eq!(second, tickets[COMMANDS_PER_BATCH_MAX..]);
+        assert_eq!(b.take_batch().0, vec![]);
+    }
+}
