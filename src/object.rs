@@ -129,6 +129,7 @@ impl ProductObject {
         let product = match store.load()? {
             None => None,
             Some(stored) => {
+                self.delivery.work.rows_loaded = stored.rows.len() as u64;
                 let gate = Gate::restore(stored.rows)
                     .map_err(|e| StorageError(format!("stored gate is corrupt: {e:?}")))?;
                 Some(Product::new(stored.product_id, gate, &self.id_secret))
@@ -194,6 +195,12 @@ impl ProductObject {
             // when the body succeeded and only the commit failed.
             self.poisoned = true;
             self.delivery.snapshots = snapshots_before;
+        } else {
+            let work = &mut self.delivery.work;
+            work.batches += 1;
+            work.commands += cmds.len() as u64;
+            work.batch_commands_max = work.batch_commands_max.max(cmds.len() as u64);
+            self.note_settled(now_ms);
         }
         result
     }
@@ -235,8 +242,19 @@ impl ProductObject {
         });
         if result.is_err() {
             self.poisoned = true;
+        } else {
+            self.delivery.work.alarms += 1;
+            self.note_settled(now_ms);
         }
         result
+    }
+
+    fn note_settled(&mut self, now_ms: u64) {
+        if let Some(p) = &self.product {
+            let n = u64::from(p.gate.settled_in_event(now_ms));
+            let most = &mut self.delivery.work.settled_per_event_max;
+            *most = (*most).max(n);
+        }
     }
 
     /// The instant to set the alarm to, if it must move: only earlier, since

@@ -25,6 +25,7 @@ pub struct ShellStatus {
     pub refused: u64,
     /// Snapshots served to the edge (each a trip that stood in for many).
     pub snapshots: u64,
+    pub work: flashgate_wire::stats::WorkStats,
 }
 
 fn to_value(v: impl Serialize) -> Value {
@@ -252,6 +253,7 @@ pub fn stats(product_id: &str, s: &Stats, admit_per_s: u32, delivery: &ShellStat
             advancing: s.queue_advancing,
         },
         snapshots: delivery.snapshots,
+        work: delivery.work.clone(),
         counters,
     }
 }

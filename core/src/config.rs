@@ -57,6 +57,10 @@ pub mod limits {
     /// The most arrival seconds a waiting room keeps counts for; older
     /// counts are folded into one total.
     pub const QUEUE_BUCKETS_MAX: usize = 86_400;
+    /// The most expiries and purges one event settles (ARCHITECTURE.md
+    /// gives the measurement behind it). More that are due wait for the
+    /// next event, and the alarm is set to fire at once.
+    pub const SETTLE_PER_EVENT_MAX: u32 = 2_000;
 
     const _: () = assert!(OUTBOX_BACKOFF_BASE_MS <= OUTBOX_BACKOFF_CAP_MS);
     const _: () = assert!(HOLD_TTL_MS_MIN <= HOLD_TTL_MS_MAX);

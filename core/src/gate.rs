@@ -57,6 +57,45 @@ pub struct Gate {
     pub(crate) pacing: Pacing,
     pub(crate) dirty: Dirty,
     pub(crate) counters: Counters,
+    /// Bounds the expiries and purges of one event (memory only).
+    pub(crate) settling: Settling,
+}
+
+/// How much settling the current event may still do. An event is one
+/// instant: every operation at the same `now_ms` shares one budget (a
+/// batch of commands is decided at one instant), and a timeout starts a
+/// fresh one.
+#[derive(Clone, Debug)]
+pub(crate) struct Settling {
+    pub(crate) per_event_max: u32,
+    at_ms: Option<u64>,
+    used: u32,
+}
+
+impl Default for Settling {
+    fn default() -> Self {
+        Settling {
+            per_event_max: limits::SETTLE_PER_EVENT_MAX,
+            at_ms: None,
+            used: 0,
+        }
+    }
+}
+
+impl Settling {
+    /// Takes one item of the budget of the event at `now_ms`, if any is left.
+    fn take(&mut self, now_ms: u64) -> bool {
+        if self.at_ms != Some(now_ms) {
+            self.at_ms = Some(now_ms);
+            self.used = 0;
+        }
+        if self.used < self.per_event_max {
+            self.used += 1;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// A buyer's own reservation as it reads at an instant.
@@ -136,6 +175,7 @@ impl Gate {
             pacing: Pacing::default(),
             dirty: Dirty::default(),
             counters: Counters::default(),
+            settling: Settling::default(),
         }
     }
 
@@ -333,6 +373,9 @@ impl Gate {
         payment_ref: &str,
     ) -> ConfirmOutcome {
         self.settle(now_ms);
+        if self.owned(id, buyer).is_some() {
+            self.settle_one(now_ms, id);
+        }
         let outcome = self.confirm_decide(now_ms, id, buyer, payment_ref);
         self.counters.count_confirm(outcome.kind());
         outcome
@@ -358,7 +401,7 @@ impl Gate {
             HoldState::Expired => return ConfirmOutcome::Expired,
             HoldState::Voided => return ConfirmOutcome::Voided,
         }
-        // Settling expired every hold due at `now_ms`, so this one is still
+        // `settle_one` expired this hold if it was due, so it is still
         // inside its TTL: a confirm at `expires_at_ms` was refused above.
         assert!(now_ms < r.expires_at_ms, "a due hold survived settle");
 
@@ -414,6 +457,9 @@ impl Gate {
     /// Gives a held reservation's units back. Only its buyer may cancel.
     pub fn cancel(&mut self, now_ms: u64, id: ReservationId, buyer: &str) -> CancelOutcome {
         self.settle(now_ms);
+        if self.owned(id, buyer).is_some() {
+            self.settle_one(now_ms, id);
+        }
         let outcome = match self.owned(id, buyer) {
             None => CancelOutcome::Unknown,
             Some(r) => match r.state {
@@ -549,21 +595,45 @@ impl Gate {
     /// idempotency window ended. Returns how many holds expired. Costs
     /// O(due × log n). Calling it again with the same `now_ms` does nothing,
     /// so a retried alarm is harmless.
+    ///
+    /// A timeout is an event of its own, with a fresh budget: it settles at
+    /// most `SETTLE_PER_EVENT_MAX` items, expiries (oldest first) before
+    /// purges. If more are due, `poll_timeout` is already past, and the
+    /// shell fires again at once.
     pub fn handle_timeout(&mut self, now_ms: u64) -> u32 {
+        self.settling.at_ms = None;
         self.settle(now_ms)
     }
 
+    /// How many expiries and purges the event at `now_ms` has done so far.
+    pub fn settled_in_event(&self, now_ms: u64) -> u32 {
+        if self.settling.at_ms == Some(now_ms) {
+            self.settling.used
+        } else {
+            0
+        }
+    }
+
+    /// For tests: a smaller budget per event, to reach the backlog paths.
+    #[doc(hidden)]
+    pub fn set_settle_per_event_max(&mut self, n: u32) {
+        self.settling.per_event_max = n.max(1);
+    }
+
+    /// Expires the due holds and purges the due tombstones, oldest first, as
+    /// far as the event's budget goes. An operation on one record does not
+    /// rely on this: it settles that record itself (`settle_one`).
     fn settle(&mut self, now_ms: u64) -> u32 {
         let mut expired = 0;
         while let Some(&(at, id)) = self.expiry.first() {
-            if at > now_ms {
+            if at > now_ms || !self.settling.take(now_ms) {
                 break;
             }
             self.release(id, HoldState::Expired);
             expired += 1;
         }
         while let Some(&(at, id)) = self.purge.first() {
-            if at > now_ms {
+            if at > now_ms || !self.settling.take(now_ms) {
                 break;
             }
             self.purge.pop_first();
@@ -578,6 +648,21 @@ impl Gate {
             self.sync_admission(now_ms);
         }
         expired
+    }
+
+    /// Expires hold `id` if it is due and the budget left it behind, so an
+    /// operation on it decides on its true state. Outside any budget: it is
+    /// one record.
+    fn settle_one(&mut self, now_ms: u64, id: ReservationId) {
+        let due = self
+            .store
+            .get(id)
+            .is_some_and(|r| r.state == HoldState::Held && r.expires_at_ms <= now_ms);
+        if due {
+            self.release(id, HoldState::Expired);
+            self.counters.holds_expired += 1;
+            self.sync_admission(now_ms);
+        }
     }
 
     // ----- waiting room -----------------------------------------------------

@@ -106,6 +106,11 @@ struct Model {
     /// The waiting room, driven by the model's own rule for when it
     /// advances.
     adm: Admission,
+    /// Settling per event: at most `settle_max` expiries and purges per
+    /// instant, oldest first; a timeout starts afresh.
+    settle_max: u32,
+    settle_at: Option<u64>,
+    settle_used: u32,
 }
 
 impl Model {
@@ -127,18 +132,63 @@ impl Model {
             .map(|r| r.qty)
             .sum()
     }
+    fn take_budget(&mut self, now: u64) -> bool {
+        if self.settle_at != Some(now) {
+            self.settle_at = Some(now);
+            self.settle_used = 0;
+        }
+        let left = self.settle_used < self.settle_max;
+        self.settle_used += u32::from(left);
+        left
+    }
     fn settle(&mut self, now: u64) {
-        for r in &mut self.res {
-            if r.state == HoldState::Held && r.expires_at <= now {
-                r.state = HoldState::Expired;
-                self.expired += 1;
+        let mut due: Vec<(u64, u64)> = self
+            .res
+            .iter()
+            .filter(|r| r.state == HoldState::Held && r.expires_at <= now)
+            .map(|r| (r.expires_at, r.id))
+            .collect();
+        due.sort();
+        for (_, id) in due {
+            if !self.take_budget(now) {
+                break;
             }
+            self.expire(id);
         }
         let window = self.config.idem_window_ms;
-        self.res.retain(|r| {
-            !(matches!(r.state, HoldState::Cancelled | HoldState::Expired)
-                && r.expires_at + window <= now)
+        let mut purge: Vec<(u64, u64)> = self
+            .res
+            .iter()
+            .filter(|r| matches!(r.state, HoldState::Cancelled | HoldState::Expired))
+            .filter(|r| r.expires_at + window <= now)
+            .map(|r| (r.expires_at + window, r.id))
+            .collect();
+        purge.sort();
+        for (_, id) in purge {
+            if !self.take_budget(now) {
+                break;
+            }
+            self.res.retain(|r| r.id != id);
+        }
+    }
+    fn expire(&mut self, id: u64) {
+        let r = self.res.iter_mut().find(|r| r.id == id).expect("due hold");
+        r.state = HoldState::Expired;
+        self.expired += 1;
+    }
+    /// An operation on one record sees it expired if it is due, whatever
+    /// the budget left behind.
+    fn settle_one(&mut self, now: u64, id: u64, buyer: &str) {
+        let due = self.res.iter().any(|r| {
+            r.id == id && r.buyer == buyer && r.state == HoldState::Held && r.expires_at <= now
         });
+        if due {
+            self.expire(id);
+        }
+    }
+    fn timeout(&mut self, now: u64) {
+        self.settle_at = None;
+        self.settle(now);
     }
     fn rules(&self) -> Rules {
         Rules {
@@ -328,6 +378,7 @@ impl Model {
 
     fn confirm(&mut self, now: u64, id: u64, buyer: &str, pref: &str) -> ConfirmOutcome {
         self.settle(now);
+        self.settle_one(now, id, buyer);
         if pref.is_empty() || pref.len() > limits::PAYMENT_REF_BYTES_MAX {
             return ConfirmOutcome::InvalidInput(InvalidInput::PaymentRef);
         }
@@ -359,6 +410,7 @@ impl Model {
 
     fn cancel(&mut self, now: u64, id: u64, buyer: &str) -> CancelOutcome {
         self.settle(now);
+        self.settle_one(now, id, buyer);
         let Some(r) = self.res.iter_mut().find(|r| r.id == id && r.buyer == buyer) else {
             return CancelOutcome::Unknown;
         };
@@ -465,7 +517,15 @@ impl Sim {
             }
         }
         let total = rng.range(0, 40);
-        let gate = Gate::new(now, config.clone(), total).expect("valid config");
+        let mut gate = Gate::new(now, config.clone(), total).expect("valid config");
+        // Most seeds settle only a few items per event, so that backlogs of
+        // due holds and tombstones (and their targeted settling) happen.
+        let settle_max = if rng.chance(70) {
+            rng.range(1, 4) as u32
+        } else {
+            flashgate_core::limits::SETTLE_PER_EVENT_MAX
+        };
+        gate.set_settle_per_event_max(settle_max);
         let mut adm = Admission::default();
         adm.checkpoint(
             now,
@@ -494,6 +554,9 @@ impl Sim {
             pace_window: 0,
             pace: BTreeMap::new(),
             adm,
+            settle_max,
+            settle_at: None,
+            settle_used: 0,
         };
         let mut sim = Sim {
             rng,
@@ -653,13 +716,23 @@ impl Sim {
                 desc = format!("advance to {}", self.now);
             }
             70..=75 => {
-                self.model.settle(self.now);
+                self.model.timeout(self.now);
                 let n = self.gate.handle_timeout(self.now);
                 desc = format!("handle_timeout({}) expired {n}", self.now);
-                // A retried alarm at the same instant changes nothing.
                 self.write_changes();
-                assert_eq!(self.gate.handle_timeout(self.now), 0, "timeout twice");
-                assert!(!self.gate.has_changes(), "second timeout changed rows");
+                if self.gate.poll_timeout().is_some_and(|t| t <= self.now) {
+                    // Something is still due (a backlog, or the outbox):
+                    // the alarm fires again at once, and settles the next
+                    // budget's worth, as the model does.
+                    self.model.timeout(self.now);
+                    self.gate.handle_timeout(self.now);
+                } else {
+                    // A retried alarm at the same instant changes nothing
+                    // (but it is an event of its own, with a fresh budget).
+                    self.model.timeout(self.now);
+                    assert_eq!(self.gate.handle_timeout(self.now), 0, "timeout twice");
+                    assert!(!self.gate.has_changes(), "second timeout changed rows");
+                }
             }
             76..=81 => {
                 let batch = self.rng.range(1, 6) as usize;
@@ -797,6 +870,9 @@ impl Sim {
                     "restore is not identical"
                 );
                 self.gate = restored;
+                // Memory only: the budget starts afresh, at the same size.
+                self.gate.set_settle_per_event_max(self.model.settle_max);
+                self.model.settle_at = None;
                 // The lease is not persisted: a batch that was out goes again.
                 self.model.lease = None;
                 // Counters are telemetry: they restart with the restored gate,

@@ -253,6 +253,7 @@ mod tests {
                 advancing: true,
             },
             snapshots: 0,
+            work: Default::default(),
             counters: CounterStats {
                 reserve: Default::default(),
                 confirm: Default::default(),

@@ -44,6 +44,15 @@ export function wranglerRateLimits() {
   return /^RATE_LIMITS = "([^"]+)"/m.exec(toml)[1];
 }
 
+/** A limit of the core (`core/src/config.rs`'s `limits`), read from its one
+ * definition so that a test cannot drift from it. */
+export function coreLimit(name) {
+  const src = readFileSync(join(ROOT, "core/src/config.rs"), "utf8");
+  const m = new RegExp(`pub const ${name}: \\w+ = ([0-9_]+);`).exec(src);
+  if (!m) throw new Error(`no limit ${name} in core/src/config.rs`);
+  return Number(m[1].replaceAll("_", ""));
+}
+
 function rateLimitBindings(policies) {
   return policies.split(";").map((p, i) => {
     const [name, quota] = p.split("=");

@@ -37,7 +37,28 @@ pub struct GateStats {
     /// Snapshots the object gave the edge since it loaded: each one a trip
     /// that answered many requests at the edge.
     pub snapshots: u64,
+    /// The object's own work since it loaded.
+    pub work: WorkStats,
     pub counters: CounterStats,
+}
+
+/// How the object spent its events since it loaded: batches of commands
+/// (group commit), alarms, and the largest settling one event did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkStats {
+    /// Batches of commands, each one transaction.
+    pub batches: u64,
+    /// Commands in those batches.
+    pub commands: u64,
+    /// The most commands one batch held.
+    pub batch_commands_max: u64,
+    /// Alarm events handled.
+    pub alarms: u64,
+    /// The most expiries and purges one event did (at most the per-event
+    /// limit).
+    pub settled_per_event_max: u64,
+    /// Rows read at the last load from storage.
+    pub rows_loaded: u64,
 }
 
 /// The waiting room, if the product has one.
