@@ -62,7 +62,7 @@ const send = (method, params = {}) =>
 
 const api = client(url);
 const product = "profiled";
-await api.put(product, { stock_total: MODE === "soldout" ? 0 : 10_000_000, per_buyer_max: 1, quantity_max: 1, hold_ttl_ms: 3_600_000, reservations_max: 4_000_000 });
+await api.put(product, { stock_total: MODE === "soldout" ? 0 : 10_000_000, per_buyer_max: 1, quantity_max: 1, hold_ttl_ms: 3_600_000, reservations_max: 200_000 });
 const request =
   MODE === "read"
     ? () => ({ path: `/api/products/${product}` })

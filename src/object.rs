@@ -19,7 +19,7 @@
 //!   leased the batch. A reload in between voids it; the batch is simply
 //!   leased and sent again (the origin dedupes).
 
-use flashgate_core::{AckOutcome, Change, Gate, Row};
+use flashgate_core::{AckOutcome, Change, Restorer, Row};
 use flashgate_wire::{Batch, BatchResult};
 
 use crate::api::Command;
@@ -48,8 +48,22 @@ pub struct Stored {
 /// The object's durable storage. Every call is synchronous, as the
 /// Durable Object's SQL is.
 pub trait Storage {
-    /// The stored product, or `None` if this object never held one.
-    fn load(&mut self) -> Result<Option<Stored>, StorageError>;
+    /// Streams the stored product's rows to `each`, one at a time (the
+    /// singletons first, then reservations by id, then the outbox), and
+    /// returns its product id; `None` if this object never held one.
+    fn load(
+        &mut self,
+        each: &mut dyn FnMut(Row) -> Result<(), StorageError>,
+    ) -> Result<Option<String>, StorageError>;
+    /// Every stored row at once: for tests, which compare them.
+    fn load_all(&mut self) -> Result<Option<Stored>, StorageError> {
+        let mut rows = Vec::new();
+        let id = self.load(&mut |row| {
+            rows.push(row);
+            Ok(())
+        })?;
+        Ok(id.map(|product_id| Stored { product_id, rows }))
+    }
     /// Writes one decision's changes; for a product being created, first
     /// its tables and id.
     fn write(&mut self, create: Option<&str>, changes: &[Change]) -> Result<(), StorageError>;
@@ -126,15 +140,23 @@ impl ProductObject {
         if !self.poisoned {
             return Ok(());
         }
-        let product = match store.load()? {
+        // Row by row from the cursor into the gate, so that the rows are
+        // never all held at once beside the gate they build.
+        let corrupt = |e| StorageError(format!("stored gate is corrupt: {e:?}"));
+        let mut restorer = Restorer::default();
+        let mut rows = 0u64;
+        let id = store.load(&mut |row| {
+            rows += 1;
+            restorer.push(row).map_err(corrupt)
+        })?;
+        let product = match id {
             None => None,
-            Some(stored) => {
-                self.delivery.work.rows_loaded = stored.rows.len() as u64;
-                let gate = Gate::restore(stored.rows)
-                    .map_err(|e| StorageError(format!("stored gate is corrupt: {e:?}")))?;
-                Some(Product::new(stored.product_id, gate, &self.id_secret))
+            Some(product_id) => {
+                let gate = restorer.finish().map_err(corrupt)?;
+                Some(Product::new(product_id, gate, &self.id_secret))
             }
         };
+        self.delivery.work.rows_loaded = rows;
         self.product = product;
         self.poisoned = false;
         self.generation += 1;

@@ -15,7 +15,7 @@ use flashgate_core::{
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
-use crate::object::{Storage, StorageError, Stored};
+use crate::object::{Storage, StorageError};
 
 /// A value bound to a statement's `?` placeholder.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,6 +30,13 @@ pub trait SqlDb {
     fn exec(&mut self, sql: &str, params: &[SqlValue]) -> Result<(), StorageError>;
     /// Every row of a query, each as `T` (columns by name).
     fn query<T: DeserializeOwned>(&mut self, sql: &str) -> Result<Vec<T>, StorageError>;
+    /// Every row of a query handed to `each` as it is read, for queries
+    /// whose rows are too many to hold at once.
+    fn query_each<T: DeserializeOwned>(
+        &mut self,
+        sql: &str,
+        each: &mut dyn FnMut(T) -> Result<(), StorageError>,
+    ) -> Result<(), StorageError>;
     /// Runs `body` as one transaction, rolled back if it returns an error.
     fn atomically<T>(
         &mut self,
@@ -423,9 +430,12 @@ fn corrupt(what: &str) -> StorageError {
     StorageError(format!("stored gate is corrupt: bad {what}"))
 }
 
-/// Reads the product and its rows, or `None` if this object never held a
-/// product.
-pub fn load(db: &mut impl SqlDb) -> Result<Option<Stored>, StorageError> {
+/// Reads the product's rows into `each`, one at a time, and returns its
+/// id, or `None` if this object never held a product.
+pub fn load(
+    db: &mut impl SqlDb,
+    each: &mut dyn FnMut(Row) -> Result<(), StorageError>,
+) -> Result<Option<String>, StorageError> {
     let tables: Vec<CountSql> = db.query(
         "SELECT count(*) AS n FROM sqlite_master WHERE type = 'table' AND name = 'product'",
     )?;
@@ -453,28 +463,27 @@ pub fn load(db: &mut impl SqlDb) -> Result<Option<Stored>, StorageError> {
             product.product_id
         )));
     }
-    let mut rows = Vec::new();
     for m in db.query::<MetaSql>("SELECT * FROM meta")? {
-        rows.push(Row::Meta(MetaRow {
+        each(Row::Meta(MetaRow {
             stock_total: m.stock_total,
             mode: Mode::parse(&m.mode).ok_or_else(|| corrupt("mode"))?,
             next_reservation_id: m.next_reservation_id,
             outbox_acked_seq: m.outbox_acked_seq,
             outbox_attempts: m.outbox_attempts,
             outbox_retry_at_ms: m.outbox_retry_at_ms,
-        }));
+        }))?;
     }
     // The config columns are the fields of `Config`, so it reads directly.
     for c in db.query::<Config>("SELECT * FROM config")? {
-        rows.push(Row::Config(c));
+        each(Row::Config(c))?;
     }
     for a in db.query::<AdmissionSql>("SELECT * FROM admission")? {
-        rows.push(Row::Admission(
+        each(Row::Admission(
             a.admission().ok_or_else(|| corrupt("waiting room"))?,
-        ));
+        ))?;
     }
-    for r in db.query::<ReservationSql>("SELECT * FROM reservations")? {
-        rows.push(Row::Reservation(ReservationRow {
+    db.query_each::<ReservationSql>("SELECT * FROM reservations ORDER BY id", &mut |r| {
+        each(Row::Reservation(ReservationRow {
             id: r.id,
             buyer: r.buyer,
             idem_key: r.idem_key,
@@ -486,23 +495,23 @@ pub fn load(db: &mut impl SqlDb) -> Result<Option<Stored>, StorageError> {
             outbox_seq: r.outbox_seq,
             voided_at_ms: r.voided_at_ms,
             void_seq: r.void_seq,
-        }));
-    }
-    for e in db.query::<OutboxSql>("SELECT * FROM outbox")? {
+        }))
+    })?;
+    db.query_each::<OutboxSql>("SELECT * FROM outbox ORDER BY seq", &mut |e| {
         let seq = e.seq;
         let event = e.event().ok_or_else(|| corrupt("outbox entry"))?;
-        rows.push(Row::Outbox(OutboxEntry { seq, event }));
-    }
-    Ok(Some(Stored {
-        product_id: product.product_id,
-        rows,
-    }))
+        each(Row::Outbox(OutboxEntry { seq, event }))
+    })?;
+    Ok(Some(product.product_id))
 }
 
 /// Every SQL database is the object's storage.
 impl<D: SqlDb> Storage for D {
-    fn load(&mut self) -> Result<Option<Stored>, StorageError> {
-        load(self)
+    fn load(
+        &mut self,
+        each: &mut dyn FnMut(Row) -> Result<(), StorageError>,
+    ) -> Result<Option<String>, StorageError> {
+        load(self, each)
     }
 
     fn write(&mut self, create: Option<&str>, changes: &[Change]) -> Result<(), StorageError> {

@@ -28,6 +28,18 @@ pub struct ShellStatus {
     pub work: flashgate_wire::stats::WorkStats,
 }
 
+/// The wasm linear memory's size: pages of 64 KiB.
+fn wasm_memory_bytes() -> u64 {
+    #[cfg(target_arch = "wasm32")]
+    {
+        core::arch::wasm32::memory_size(0) as u64 * 65_536
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        0
+    }
+}
+
 fn to_value(v: impl Serialize) -> Value {
     // Every view is a struct of numbers and strings, which always serialize.
     serde_json::to_value(v).unwrap_or(Value::Null)
@@ -253,7 +265,10 @@ pub fn stats(product_id: &str, s: &Stats, admit_per_s: u32, delivery: &ShellStat
             advancing: s.queue_advancing,
         },
         snapshots: delivery.snapshots,
-        work: delivery.work.clone(),
+        work: flashgate_wire::stats::WorkStats {
+            wasm_memory_bytes: wasm_memory_bytes(),
+            ..delivery.work.clone()
+        },
         counters,
     }
 }

@@ -24,7 +24,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use flashgate::api::Command;
 use flashgate::delivery::{self, Attempt};
 use flashgate::ids::IdCodec;
-use flashgate::object::{Lease, ProductObject, Settled, Storage, StorageError, Stored};
+use flashgate::object::{Lease, ProductObject, Settled, Storage, StorageError};
 use flashgate_core::{splitmix64, Change, ConfigPatch, HoldState, OutboxEvent, Row, RowKey};
 use flashgate_wire::{Batch, BatchResult, Event, EventResult, EventStatus};
 
@@ -63,16 +63,21 @@ struct MemStorage {
 }
 
 impl Storage for MemStorage {
-    fn load(&mut self) -> Result<Option<Stored>, StorageError> {
+    fn load(
+        &mut self,
+        each: &mut dyn FnMut(Row) -> Result<(), StorageError>,
+    ) -> Result<Option<String>, StorageError> {
         if self.fail_loads > 0 {
             self.fail_loads -= 1;
             return Err(StorageError("injected load failure".into()));
         }
         self.loads += 1;
-        Ok(self.product_id.clone().map(|product_id| Stored {
-            product_id,
-            rows: self.rows.values().cloned().collect(),
-        }))
+        if self.product_id.is_some() {
+            for row in self.rows.values() {
+                each(row.clone())?;
+            }
+        }
+        Ok(self.product_id.clone())
     }
 
     fn atomically<T>(

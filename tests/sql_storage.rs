@@ -59,6 +59,14 @@ impl SqlDb for Lite {
             .map_err(failed)
     }
 
+    fn query_each<T: DeserializeOwned>(
+        &mut self,
+        sql: &str,
+        each: &mut dyn FnMut(T) -> Result<(), StorageError>,
+    ) -> Result<(), StorageError> {
+        self.query(sql)?.into_iter().try_for_each(each)
+    }
+
     fn atomically<T>(
         &mut self,
         body: impl FnOnce(&mut Self) -> Result<T, StorageError>,
@@ -126,7 +134,7 @@ fn sqlite_restores_exactly_what_the_gate_wrote() {
         let mut rng = Rng(seed);
         let mut store = Lite::new();
         assert_eq!(
-            store.load().unwrap(),
+            store.load_all().unwrap(),
             None,
             "a new database holds no product"
         );
@@ -202,7 +210,7 @@ fn sqlite_restores_exactly_what_the_gate_wrote() {
             store
                 .write(None, &gate.take_changes())
                 .unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
-            let loaded = store.load().unwrap().expect("the product is stored");
+            let loaded = store.load_all().unwrap().expect("the product is stored");
             assert_eq!(loaded.product_id, "p-sql");
             let restored = Gate::restore(loaded.rows)
                 .unwrap_or_else(|e| panic!("seed {seed} step {step}: {e:?}"));
@@ -259,7 +267,7 @@ fn an_older_schema_is_refused_with_a_clear_error() {
     ] {
         db.exec(stmt, &[]).unwrap();
     }
-    let err = db.load().unwrap_err();
+    let err = db.load_all().unwrap_err();
     assert!(err.0.contains("schema version 1"), "{err}");
 }
 
@@ -291,7 +299,7 @@ fn a_failure_inside_a_batch_stores_none_of_it() {
         let mut obj = ProductObject::new(SECRET);
         assert_eq!(obj.command(&mut store, &create, 1).unwrap().status, 201);
         obj.command(&mut store, &reserve("early", "k"), 2).unwrap();
-        let before = store.load().unwrap();
+        let before = store.load_all().unwrap();
         let failing_at = statements;
         store.fail_exec_in = Some(failing_at);
         match obj.commands(&mut store, &batch, 3) {
@@ -304,7 +312,7 @@ fn a_failure_inside_a_batch_stores_none_of_it() {
             Err(e) => {
                 assert!(e.0.contains("injected"), "statement {failing_at}: {e}");
                 assert_eq!(
-                    store.load().unwrap(),
+                    store.load_all().unwrap(),
                     before,
                     "statement {failing_at}: a failed batch left rows behind"
                 );
@@ -326,10 +334,14 @@ fn a_failure_inside_a_batch_stores_none_of_it() {
     let mut store = Lite::new();
     let mut obj = ProductObject::new(SECRET);
     obj.command(&mut store, &create, 1).unwrap();
-    let before = store.load().unwrap();
+    let before = store.load_all().unwrap();
     store.fail_commit = true;
     assert!(obj.commands(&mut store, &batch, 3).is_err());
-    assert_eq!(store.load().unwrap(), before, "a failed commit stored rows");
+    assert_eq!(
+        store.load_all().unwrap(),
+        before,
+        "a failed commit stored rows"
+    );
     let read = Command::GetProduct {
         product_id: "p1".into(),
     };

@@ -11,7 +11,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use flashgate_core::{Config, Gate, ReserveOutcome};
+use flashgate_core::{limits, Config, Gate, ReserveOutcome};
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -48,7 +48,7 @@ fn config(hold_ttl_ms: u64, idem_window_ms: u64) -> Config {
         quantity_max: 1,
         hold_ttl_ms,
         idem_window_ms,
-        reservations_max: 4_000_000,
+        reservations_max: limits::RESERVATIONS_MAX_MAX,
         ..Config::default()
     }
 }
@@ -79,7 +79,7 @@ fn fill(n: usize, ttl_ms: u64, buyers: &[String], keys: &[String], render: bool)
 }
 
 fn main() {
-    let n = env_usize("BENCH_HOLDS", 1_000_000);
+    let n = env_usize("BENCH_HOLDS", limits::RESERVATIONS_MAX_MAX as usize);
     let runs = env_usize("BENCH_RUNS", 5);
     let buyers: Vec<String> = (0..2 * n).map(buyer).collect();
     let keys: Vec<String> = (0..2 * n).map(key).collect();
@@ -147,6 +147,31 @@ fn main() {
     }
     assert_eq!(gate.stats(2 * n as u64).live_holds as usize, n);
     gate.audit().expect("invariants hold after the benchmark");
+    drop(gate);
+
+    // 5. One event's worth of settling: n holds all due at once, settled an
+    // event at a time (expiries, rows rendered, as the alarm does); the
+    // slowest event's time is what SETTLE_PER_EVENT_MAX bounds.
+    let mut slowest = Vec::new();
+    for _ in 0..runs {
+        let (mut gate, _) = fill(n, 10 * n as u64, &buyers, &keys, false);
+        let due_at = 20 * n as u64;
+        let mut worst = 0f64;
+        let mut events = 0;
+        loop {
+            let start = Instant::now();
+            let expired = gate.handle_timeout(due_at);
+            black_box(gate.take_changes());
+            worst = worst.max(start.elapsed().as_secs_f64());
+            events += 1;
+            if expired == 0 {
+                break;
+            }
+            assert!(expired <= limits::SETTLE_PER_EVENT_MAX);
+        }
+        assert!(events > 1 || n <= limits::SETTLE_PER_EVENT_MAX as usize);
+        slowest.push(worst);
+    }
 
     println!(
         "reserve decisions/s (succeeding):                {:>12.0}",
@@ -163,6 +188,11 @@ fn main() {
     println!(
         "reserve-then-expire cycles/s ({n} live holds):   {:>12.0}",
         median(cycles)
+    );
+    println!(
+        "slowest event settling {} due holds (native):  {:>9.2} ms",
+        limits::SETTLE_PER_EVENT_MAX,
+        median(slowest) * 1000.0
     );
     println!("bytes per live hold (resident growth):           {per_hold:>12.1}");
     println!(

@@ -36,8 +36,14 @@ pub mod limits {
     /// is handed out again; the shell that took it is presumed dead.
     pub const OUTBOX_LEASE_MS: u64 = 30_000;
     /// The most reservation records (live holds plus tombstones kept for
-    /// idempotent replay) a product may configure.
-    pub const RESERVATIONS_MAX_MAX: u32 = 4_000_000;
+    /// idempotent replay) a product may configure, and the default.
+    /// Measured (`bench/memory.mjs`): a restore streamed from SQLite peaks
+    /// at about 200 bytes of wasm memory per held record; at this cap the
+    /// isolate's wasm memory was 39.7 MiB, under a third of the isolate's
+    /// 128 MB, and at 300,000 it was 65.7 MiB, over half
+    /// (ARCHITECTURE.md, "Memory").
+    pub const RESERVATIONS_MAX_MAX: u32 = 200_000;
+    pub const RESERVATIONS_MAX_DEFAULT: u32 = RESERVATIONS_MAX_MAX;
     /// The fastest a waiting room may admit, in tickets per second.
     pub const ADMIT_PER_S_MAX: u32 = 100_000;
     /// The longest pre-queue before an opening: one day.
@@ -176,7 +182,7 @@ impl Default for Config {
             idem_window_ms: 10 * 60 * 1000,
             opens_at_ms: None,
             closes_at_ms: None,
-            reservations_max: 1_000_000,
+            reservations_max: limits::RESERVATIONS_MAX_DEFAULT,
             admit_per_s: 0,
             prequeue_ms: 0,
             ticket_ttl_ms: 60 * 60 * 1000,

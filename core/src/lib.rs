@@ -39,6 +39,7 @@ pub use outcome::{
     AckOutcome, AdminRefusal, AdminRefusalKind, CancelKind, CancelOutcome, ConfirmKind,
     ConfirmOutcome, Confirmation, InvalidInput, ReservationId, ReserveKind, ReserveOutcome, Voided,
 };
+pub use persist::Restorer;
 pub use rows::{Change, ItemKey, MetaRow, ReservationRow, RestoreError, Row, RowKey};
 pub use stats::{Counters, Stats};
 pub use store::HoldState;

@@ -88,39 +88,93 @@ impl Gate {
     }
 
     /// Rebuilds a gate from its rows, checking that they are consistent.
+    /// The rows may come in any order.
     pub fn restore(rows: impl IntoIterator<Item = Row>) -> Result<Gate, RestoreError> {
-        let mut meta = None;
-        let mut config = None;
-        let mut admission = None;
-        let mut reservations = Vec::new();
-        let mut outbox = Vec::new();
+        let mut rows: Vec<Row> = rows.into_iter().collect();
+        // The restorer takes the singletons first and reservations by id.
+        rows.sort_by_key(|r| match r {
+            Row::Meta(_) | Row::Config(_) | Row::Admission(_) => (0, 0),
+            Row::Reservation(r) => (1, r.id),
+            Row::Outbox(e) => (2, e.seq),
+        });
+        let mut restorer = Restorer::default();
         for row in rows {
-            match row {
-                Row::Meta(m) => {
-                    if meta.replace(m).is_some() {
-                        return Err(RestoreError::DuplicateKey(RowKey::Meta));
-                    }
-                }
-                Row::Config(c) => {
-                    if config.replace(c).is_some() {
-                        return Err(RestoreError::DuplicateKey(RowKey::Config));
-                    }
-                }
-                Row::Admission(a) => {
-                    if admission.replace(a).is_some() {
-                        return Err(RestoreError::DuplicateKey(RowKey::Admission));
-                    }
-                }
-                Row::Reservation(r) => reservations.push(r),
-                Row::Outbox(e) => outbox.push(e),
-            }
+            restorer.push(row)?;
         }
-        let meta = meta.ok_or(RestoreError::MissingMeta)?;
-        let config = config.ok_or(RestoreError::MissingConfig)?;
+        restorer.finish()
+    }
+}
+
+/// Rebuilds a gate from a stream of rows, one at a time, so that a restore
+/// never holds the rows and the gate at once: the object feeds it straight
+/// from the SQL cursor. The singletons (meta, config, admission) come
+/// first and reservations in ascending id order, as `sql::load` reads them;
+/// a reservation that arrives before the singletons waits for them.
+#[derive(Default)]
+pub struct Restorer {
+    meta: Option<MetaRow>,
+    config: Option<crate::config::Config>,
+    admission: Option<crate::admission::Admission>,
+    gate: Option<Gate>,
+    next_reservation_id: ReservationId,
+    window: u64,
+    last_id: Option<ReservationId>,
+    early: Vec<ReservationRow>,
+    outbox: Vec<crate::outbox::OutboxEntry>,
+}
+
+impl Restorer {
+    /// Takes one row; checks what can be checked of it alone.
+    pub fn push(&mut self, row: Row) -> Result<(), RestoreError> {
+        match row {
+            Row::Meta(m) => {
+                if self.gate.is_some() || self.meta.replace(m).is_some() {
+                    return Err(RestoreError::DuplicateKey(RowKey::Meta));
+                }
+            }
+            Row::Config(c) => {
+                if self.gate.is_some() || self.config.replace(c).is_some() {
+                    return Err(RestoreError::DuplicateKey(RowKey::Config));
+                }
+            }
+            Row::Admission(a) => {
+                if self.gate.is_some() || self.admission.replace(a).is_some() {
+                    return Err(RestoreError::DuplicateKey(RowKey::Admission));
+                }
+            }
+            Row::Reservation(r) => {
+                if self.gate.is_none() && !self.ready() {
+                    self.early.push(r);
+                    return Ok(());
+                }
+                self.start()?;
+                self.reservation(r)?;
+            }
+            Row::Outbox(e) => self.outbox.push(e),
+        }
+        Ok(())
+    }
+
+    fn ready(&self) -> bool {
+        self.meta.is_some() && self.config.is_some() && self.admission.is_some()
+    }
+
+    /// Builds the empty gate once the singletons are in, and applies the
+    /// reservations that came before them.
+    fn start(&mut self) -> Result<(), RestoreError> {
+        if self.gate.is_some() {
+            return Ok(());
+        }
+        let meta = self.meta.clone().ok_or(RestoreError::MissingMeta)?;
+        let config = self.config.clone().ok_or(RestoreError::MissingConfig)?;
         config.validate().map_err(RestoreError::InvalidConfig)?;
-        let admission = admission.ok_or(RestoreError::MissingAdmission)?;
+        let admission = self
+            .admission
+            .take()
+            .ok_or(RestoreError::MissingAdmission)?;
         check_admission(&admission)?;
-        let window = config.idem_window_ms;
+        self.window = config.idem_window_ms;
+        self.next_reservation_id = meta.next_reservation_id;
         let mut gate = Gate::empty(
             config,
             meta.mode,
@@ -133,87 +187,105 @@ impl Gate {
             ),
         );
         gate.admission = admission;
-        reservations.sort_unstable_by_key(|r| r.id);
-        let mut last_id = None;
-        for row in reservations {
-            let id = row.id;
-            let bad = |why| Err(RestoreError::BadReservation(id, why));
-            if last_id == Some(id) {
-                return Err(RestoreError::DuplicateKey(RowKey::Reservation(id)));
-            }
-            last_id = Some(id);
-            if id >= meta.next_reservation_id {
-                return bad("id at or above next_reservation_id");
-            }
-            if row.quantity == 0 {
-                return bad("zero quantity");
-            }
-            if !field_ok(&row.buyer, limits::BUYER_ID_BYTES_MAX)
-                || !field_ok(&row.idem_key, limits::IDEM_KEY_BYTES_MAX)
-            {
-                return bad("buyer or key out of bounds");
-            }
-            let known = gate.buyers.find(&row.buyer);
-            if known.is_some_and(|slot| gate.store.find_idem(slot, &row.idem_key).is_some()) {
-                return bad("idempotency key used twice");
-            }
-            let void = match (row.voided_at_ms, row.void_seq) {
-                (Some(voided_at_ms), Some(outbox_seq)) if row.state == HoldState::Voided => {
-                    Some(Void {
-                        voided_at_ms,
-                        outbox_seq,
-                    })
-                }
-                (None, None) if row.state != HoldState::Voided => None,
-                _ => return bad("void fields disagree with state"),
-            };
-            let paid = match (row.payment_ref, row.confirmed_at_ms, row.outbox_seq) {
-                (Some(payment_ref), Some(confirmed_at_ms), Some(outbox_seq))
-                    if row.state.paid() =>
-                {
-                    Some(Paid {
-                        payment_ref: payment_ref.into(),
-                        confirmed_at_ms,
-                        outbox_seq,
-                        void,
-                    })
-                }
-                (None, None, None) if !row.state.paid() => None,
-                _ => return bad("payment fields disagree with state"),
-            };
-            let quantity = u64::from(row.quantity);
-            let buyer = gate.buyers.acquire(&row.buyer, Some(known));
-            if matches!(row.state, HoldState::Held | HoldState::Confirmed) {
-                gate.buyers.add_units(buyer, row.quantity);
-            }
-            match row.state {
-                HoldState::Held => {
-                    gate.expiry.insert((row.expires_at_ms, id));
-                    gate.held += quantity;
-                    gate.live_holds += 1;
-                }
-                HoldState::Confirmed => gate.sold += quantity,
-                // A voided order's units are back in stock: neither held
-                // nor sold, and no longer the buyer's.
-                HoldState::Voided => {}
-                HoldState::Cancelled | HoldState::Expired => {
-                    gate.purge
-                        .insert((row.expires_at_ms.saturating_add(window), id));
-                    gate.tombstones += 1;
-                }
-            }
-            gate.store.insert(
-                id,
-                Reservation {
-                    buyer,
-                    idem_key: row.idem_key.into(),
-                    expires_at_ms: row.expires_at_ms,
-                    quantity: row.quantity,
-                    state: row.state,
-                },
-                paid,
-            );
+        self.gate = Some(gate);
+        let mut early = std::mem::take(&mut self.early);
+        early.sort_unstable_by_key(|r| r.id);
+        for r in early {
+            self.reservation(r)?;
         }
+        Ok(())
+    }
+
+    fn reservation(&mut self, row: ReservationRow) -> Result<(), RestoreError> {
+        let window = self.window;
+        let id = row.id;
+        let bad = |why| Err(RestoreError::BadReservation(id, why));
+        match self.last_id {
+            Some(last) if last == id => {
+                return Err(RestoreError::DuplicateKey(RowKey::Reservation(id)))
+            }
+            Some(last) if last > id => return bad("reservations out of id order"),
+            _ => {}
+        }
+        self.last_id = Some(id);
+        let gate = self.gate.as_mut().expect("started before any reservation");
+        if id >= self.next_reservation_id {
+            return bad("id at or above next_reservation_id");
+        }
+        if row.quantity == 0 {
+            return bad("zero quantity");
+        }
+        if !field_ok(&row.buyer, limits::BUYER_ID_BYTES_MAX)
+            || !field_ok(&row.idem_key, limits::IDEM_KEY_BYTES_MAX)
+        {
+            return bad("buyer or key out of bounds");
+        }
+        let known = gate.buyers.find(&row.buyer);
+        if known.is_some_and(|slot| gate.store.find_idem(slot, &row.idem_key).is_some()) {
+            return bad("idempotency key used twice");
+        }
+        let void = match (row.voided_at_ms, row.void_seq) {
+            (Some(voided_at_ms), Some(outbox_seq)) if row.state == HoldState::Voided => {
+                Some(Void {
+                    voided_at_ms,
+                    outbox_seq,
+                })
+            }
+            (None, None) if row.state != HoldState::Voided => None,
+            _ => return bad("void fields disagree with state"),
+        };
+        let paid = match (row.payment_ref, row.confirmed_at_ms, row.outbox_seq) {
+            (Some(payment_ref), Some(confirmed_at_ms), Some(outbox_seq)) if row.state.paid() => {
+                Some(Paid {
+                    payment_ref: payment_ref.into(),
+                    confirmed_at_ms,
+                    outbox_seq,
+                    void,
+                })
+            }
+            (None, None, None) if !row.state.paid() => None,
+            _ => return bad("payment fields disagree with state"),
+        };
+        let quantity = u64::from(row.quantity);
+        let buyer = gate.buyers.acquire(&row.buyer, Some(known));
+        if matches!(row.state, HoldState::Held | HoldState::Confirmed) {
+            gate.buyers.add_units(buyer, row.quantity);
+        }
+        match row.state {
+            HoldState::Held => {
+                gate.expiry.insert((row.expires_at_ms, id));
+                gate.held += quantity;
+                gate.live_holds += 1;
+            }
+            HoldState::Confirmed => gate.sold += quantity,
+            // A voided order's units are back in stock: neither held
+            // nor sold, and no longer the buyer's.
+            HoldState::Voided => {}
+            HoldState::Cancelled | HoldState::Expired => {
+                gate.purge
+                    .insert((row.expires_at_ms.saturating_add(window), id));
+                gate.tombstones += 1;
+            }
+        }
+        gate.store.insert(
+            id,
+            Reservation {
+                buyer,
+                idem_key: row.idem_key.into(),
+                expires_at_ms: row.expires_at_ms,
+                quantity: row.quantity,
+                state: row.state,
+            },
+            paid,
+        );
+        Ok(())
+    }
+
+    /// Checks what only the whole can show, and hands over the gate.
+    pub fn finish(mut self) -> Result<Gate, RestoreError> {
+        self.start()?;
+        let mut gate = self.gate.take().expect("started");
+        let mut outbox = std::mem::take(&mut self.outbox);
         let committed = gate.held + gate.sold;
         if committed > gate.stock_total || gate.stock_total > limits::STOCK_UNITS_MAX {
             return Err(RestoreError::Oversold {

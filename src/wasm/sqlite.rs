@@ -67,6 +67,18 @@ impl SqlDb for DoSql {
         cursor.next::<T>().map(|r| r.map_err(failed)).collect()
     }
 
+    fn query_each<T: DeserializeOwned>(
+        &mut self,
+        sql: &str,
+        each: &mut dyn FnMut(T) -> Result<(), StorageError>,
+    ) -> Result<(), StorageError> {
+        let cursor = self.sql.exec(sql, None).map_err(failed)?;
+        for row in cursor.next::<T>() {
+            each(row.map_err(failed)?)?;
+        }
+        Ok(())
+    }
+
     fn atomically<T>(
         &mut self,
         body: impl FnOnce(&mut Self) -> Result<T, StorageError>,

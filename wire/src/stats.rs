@@ -59,6 +59,9 @@ pub struct WorkStats {
     pub settled_per_event_max: u64,
     /// Rows read at the last load from storage.
     pub rows_loaded: u64,
+    /// The isolate's WebAssembly memory, in bytes: it only grows, so it is
+    /// the peak of every object in the isolate (0 outside wasm).
+    pub wasm_memory_bytes: u64,
 }
 
 /// The waiting room, if the product has one.
