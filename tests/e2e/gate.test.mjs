@@ -7,7 +7,7 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { startGate } from "../support/runtime.mjs";
-import { ADMIN_TOKEN, client, pool, rng, sleep } from "../support/client.mjs";
+import { ADMIN_TOKEN, client, pool, rng, sleep, stateOf } from "../support/client.mjs";
 import { PAYMENT_KEYS, signHeaders } from "../support/keys.mjs";
 
 /** A confirm request signed as the shop's payment backend signs it. */
@@ -32,13 +32,6 @@ after(async () => {
   await gate?.stop();
 });
 
-/** The state part of the stats: everything but the outcome counters and
- * the outbox's delivery attempts, which go on while no origin answers. */
-function stateOf(stats) {
-  const { counters, next_deadline_ms, outbox, ...state } = stats;
-  const { backlog, backlog_units, acked_seq } = outbox;
-  return { ...state, outbox: { backlog, backlog_units, acked_seq } };
-}
 
 function assertI1(s, total) {
   assert.equal(s.available + s.held + s.sold, s.stock_total, why(`I1: ${JSON.stringify(s)}`));

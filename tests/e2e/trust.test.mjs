@@ -13,18 +13,12 @@ import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { freePort, gateVars, startGate } from "../support/runtime.mjs";
 import { originBin, originEnv, reconcile, startOrigin } from "../support/origin.mjs";
-import { client, json, pool, rng, sleep } from "../support/client.mjs";
+import { client, json, pool, rng, sleep, stateOf } from "../support/client.mjs";
 import * as keys from "../support/keys.mjs";
 
 const SEED = Number(process.env.E2E_SEED ?? Date.now() % 1_000_000);
 const why = (msg) => `${msg} (E2E_SEED=${SEED})`;
 
-/** The state part of a product's gate stats. */
-function stateOf(stats) {
-  const { counters, next_deadline_ms, outbox, ...state } = stats;
-  const { backlog, backlog_units, acked_seq } = outbox;
-  return { ...state, outbox: { backlog, backlog_units, acked_seq } };
-}
 
 async function drained(api, product, timeoutMs) {
   const deadline = Date.now() + timeoutMs;

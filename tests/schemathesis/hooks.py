@@ -12,8 +12,8 @@
 - The check `refusal_changes_nothing` reads the state of the product
   FLASHGATE_GUARD_PRODUCT before and after every request to it, and fails if
   a refused request (4xx) changed it. The state is the stats without the
-  outcome counters, the snapshot count and the delivery telemetry, which
-  refusals do change.
+  outcome counters, the snapshot count, the object's work and the delivery
+  telemetry, which refusals do change.
 - `filter_failure` keeps every failure except one: a 503 `overloaded` with
   `Retry-After`, the documented answer of a product at its `reservations_max`
   (a positive run may configure a record limit of 1). Any other 5xx fails.
@@ -88,8 +88,10 @@ def _guard_state():
     r.raise_for_status()
     stats = r.json()
     stats.pop("counters", None)
-    # Telemetry too: every edge refresh is counted, refusals included.
+    # Telemetry too: every edge refresh is counted, refusals included, and
+    # every request the object answers is work in a batch.
     stats.pop("snapshots", None)
+    stats.pop("work", None)
     outbox = stats.get("outbox", {})
     for telemetry in ("last_error", "last_success_ms", "refused"):
         outbox.pop(telemetry, None)

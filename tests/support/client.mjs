@@ -89,3 +89,13 @@ export function rng(seed) {
 }
 
 export const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
+
+/** The state part of a product's gate stats: everything but the outcome
+ * counters, the object's work telemetry (every stats read is itself a
+ * command in a batch) and the outbox's delivery attempts, which go on while
+ * no origin answers. */
+export function stateOf(stats) {
+  const { counters, next_deadline_ms, outbox, work, ...state } = stats;
+  const { backlog, backlog_units, acked_seq } = outbox;
+  return { ...state, outbox: { backlog, backlog_units, acked_seq } };
+}
