@@ -3,7 +3,7 @@
 // bench/edge.mjs, summarised by self time per function and per category.
 // Prints figures; asserts nothing.
 //
-//   node --experimental-websocket bench/profile.mjs [reserve|soldout|read] [seconds]
+//   node --experimental-websocket bench/profile.mjs [reserve|soldout|read|objread] [seconds]
 //
 // Categories are read from the function names the wasm's name section
 // keeps (Rust symbols) and from the JS glue: wasm-bindgen's glue and
@@ -63,10 +63,22 @@ const send = (method, params = {}) =>
 const api = client(url);
 const product = "profiled";
 await api.put(product, { stock_total: MODE === "soldout" ? 0 : 10_000_000, per_buyer_max: 1, quantity_max: 1, hold_ttl_ms: 3_600_000, reservations_max: 200_000 });
+// objread: buyers read their own holds, which reaches the object and
+// writes nothing.
+const owners = [];
+if (MODE === "objread") {
+  for (let c = 0; c < CONNECTIONS; c++) {
+    const buyer = `reader-${c}`;
+    const r = await api.reserve(product, buyer, 1);
+    owners.push({ path: `/api/products/${product}/reservations/${r.body.reservation_id}`, headers: { authorization: `Bearer ${api.tokenOf(buyer)}` } });
+  }
+}
 const request =
   MODE === "read"
     ? () => ({ path: `/api/products/${product}` })
-    : (n) => ({
+    : MODE === "objread"
+      ? (n) => owners[n % owners.length]
+      : (n) => ({
         method: "POST",
         path: `/api/products/${product}/reservations`,
         headers: { "content-type": "application/json", authorization: `Bearer ${buyerToken(`p-${n}`)}`, "idempotency-key": `"p-${n}"` },
@@ -129,5 +141,28 @@ console.log("\ntop functions (self time):");
 for (const [name, us] of [...perFunction].sort((a, b) => b[1] - a[1]).slice(0, 30)) {
   if (name === "(idle)") continue;
   console.log(`  ${(us / requests).toFixed(1).padStart(7)} us  ${((100 * us) / busyUs).toFixed(1).padStart(5)}%  ${name.slice(0, 110)}`);
+}
+// Inclusive time under each function, to tell the Worker's part from the
+// object's: the children of every node, summed.
+const children = new Map(profile.nodes.map((n) => [n.id, n.children ?? []]));
+const inclusive = new Map();
+const total = (id) => {
+  if (inclusive.has(id)) return inclusive.get(id);
+  const t = (selfUs.get(id) ?? 0) + children.get(id).reduce((a, c) => a + total(c), 0);
+  inclusive.set(id, t);
+  return t;
+};
+const perFunctionInclusive = new Map();
+for (const n of profile.nodes) {
+  const f = n.callFrame;
+  const name = f.functionName || `(anonymous ${f.url.split("/").pop()}:${f.lineNumber})`;
+  perFunctionInclusive.set(name, (perFunctionInclusive.get(name) ?? 0) + total(n.id));
+}
+console.log("\nentry points and heavy callers (inclusive time, us per request; nested calls count in each):");
+for (const name of ["fetch", "__wbg_fetch_58e62838507dad34", "worker::durable::State", "Request", "Response", "text", "arrayBuffer", "limit", "exec", "setTimeout"]) {
+  if (perFunctionInclusive.has(name)) console.log(`  ${(perFunctionInclusive.get(name) / requests).toFixed(1).padStart(7)} us  ${name}`);
+}
+for (const [name, us] of [...perFunctionInclusive].filter(([n]) => /^(wasm-function|<?flashgate|flashgate|worker::|wasm_bindgen_futures)/.test(n)).sort((a, b) => b[1] - a[1]).slice(0, 15)) {
+  console.log(`  ${(us / requests).toFixed(1).padStart(7)} us  ${name.slice(0, 110)}`);
 }
 console.log(`\nthe full profile: ${join(dir, "profile.cpuprofile")} (Chrome DevTools can open it)`);
