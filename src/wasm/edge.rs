@@ -7,7 +7,10 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use worker::{event, Context, Delay, Env, Headers, Method, Request, RequestInit, Response};
+use worker::wasm_bindgen::{JsCast, JsValue};
+use worker::wasm_bindgen_futures::JsFuture;
+use worker::worker_sys::web_sys;
+use worker::{event, Context, Delay, Env, Headers, Method, Request, Response};
 
 use flashgate_wire::signing::{self, Presented};
 use serde_json::json;
@@ -40,15 +43,27 @@ fn unavailable() -> worker::Result<Response> {
     http::problem(Problem::unavailable(worker::js_sys::Math::random()))
 }
 
+/// What the edge answers: a response it built, or the object's, passed on
+/// untouched (converting it to a `worker::Response` and back would copy its
+/// status, headers and body through wasm for nothing).
+enum Answer {
+    Built(Response),
+    Object(web_sys::Response),
+}
+
 #[event(fetch)]
-async fn fetch(req: Request, env: Env, _ctx: Context) -> worker::Result<Response> {
-    match handle(req, &env).await {
-        Ok(resp) => Ok(resp),
+async fn fetch(req: Request, env: Env, _ctx: Context) -> worker::Result<web_sys::Response> {
+    let answer = match handle(req, &env).await {
+        Ok(answer) => answer,
         Err(e) => {
             worker::console_error!("flashgate edge: {e}");
-            http::problem(Problem::internal())
+            Answer::Built(http::problem(Problem::internal())?)
         }
-    }
+    };
+    Ok(match answer {
+        Answer::Built(resp) => resp.into(),
+        Answer::Object(resp) => resp,
+    })
 }
 
 /// Reads at most `BODY_BYTES_MAX + 1` bytes, so an oversized body is refused
@@ -134,7 +149,7 @@ fn session(settings: &Settings, secure: bool) -> worker::Result<Response> {
     Ok(resp)
 }
 
-async fn handle(mut req: Request, env: &Env) -> worker::Result<Response> {
+async fn handle(mut req: Request, env: &Env) -> worker::Result<Answer> {
     let method = req.method().to_string();
     let path = req.path();
     let route = match api::route(&method, &path) {
@@ -143,34 +158,42 @@ async fn handle(mut req: Request, env: &Env) -> worker::Result<Response> {
                 .var("DEMO_PAYMENT_URL")
                 .map(|v| v.to_string())
                 .unwrap_or_default();
-            return html_response(crate::page::html(&payment_url));
+            return html_response(crate::page::html(&payment_url)).map(Answer::Built);
         }
-        Ok(Route::OpenApi) => return static_response(crate::OPENAPI_JSON, "application/json"),
+        Ok(Route::OpenApi) => {
+            return static_response(crate::OPENAPI_JSON, "application/json").map(Answer::Built)
+        }
         Ok(route) => route,
-        Err(p) => return http::problem(p),
+        Err(p) => return http::problem(p).map(Answer::Built),
     };
     let settings = match config::settings(env) {
         Ok(s) => s,
-        Err(e) => return http::problem(Problem::misconfigured(e.to_string())),
+        Err(e) => return http::problem(Problem::misconfigured(e.to_string())).map(Answer::Built),
     };
     // Every API request meets the client's limit first, so a flood is
     // turned away before anything else is read or verified.
     let ip = rate_limit::ip_key(req.headers().get("cf-connecting-ip")?.as_deref());
     if let Some(refused) = limit(env, &settings, Limiter::Ip, &ip).await? {
-        return Ok(refused);
+        return Ok(Answer::Built(refused));
     }
     let now = now_ms();
     let route = match route {
         Route::Api(route) => route,
-        Route::Session => return session(&settings, req.inner().url().starts_with("https:")),
-        Route::Queue { product_id, join } => {
-            return queue(&req, env, &settings, &product_id, join, now).await
+        Route::Session => {
+            return session(&settings, req.inner().url().starts_with("https:")).map(Answer::Built)
         }
-        Route::Page | Route::OpenApi => return http::problem(Problem::internal()),
+        Route::Queue { product_id, join } => {
+            return queue(&req, env, &settings, &product_id, join, now)
+                .await
+                .map(Answer::Built);
+        }
+        Route::Page | Route::OpenApi => {
+            return http::problem(Problem::internal()).map(Answer::Built)
+        }
     };
     let body = match read_body(&mut req).await? {
         Ok(b) => b,
-        Err(p) => return http::problem(p),
+        Err(p) => return http::problem(p).map(Answer::Built),
     };
     let url = req.inner().url();
     let path_and_query = api::path_and_query(&url);
@@ -207,7 +230,7 @@ async fn handle(mut req: Request, env: &Env) -> worker::Result<Response> {
     let admin = route.is_admin();
     let cmd = match api::parse(&incoming, route, &settings, now) {
         Ok(c) => c,
-        Err(p) => return http::problem(p),
+        Err(p) => return http::problem(p).map(Answer::Built),
     };
     // Then the buyer's own limit (after the token proved who it is), or
     // the admin's.
@@ -220,38 +243,40 @@ async fn handle(mut req: Request, env: &Env) -> worker::Result<Response> {
     };
     if let Some((limiter, key)) = second {
         if let Some(refused) = limit(env, &settings, limiter, key).await? {
-            return Ok(refused);
+            return Ok(Answer::Built(refused));
         }
     }
 
     match &cmd {
         Command::GetProduct { .. } => match lookup(env, &product_id).await {
-            Some(Known::Product { body, .. }) => return product_response(&body),
-            Some(Known::Unknown) => return http::problem(Problem::unknown_product(&product_id)),
+            Some(Known::Product { body, .. }) => return product_response(&body).map(Answer::Built),
+            Some(Known::Unknown) => {
+                return http::problem(Problem::unknown_product(&product_id)).map(Answer::Built)
+            }
             None => {}
         },
         Command::Reserve { buyer, ticket, .. } => {
             if let Some(Known::Product { snapshot, .. }) = lookup(env, &product_id).await {
                 if let Some(p) = snapshot.reserve_answer(buyer, ticket.as_ref(), now_ms()) {
-                    return http::problem(p);
+                    return http::problem(p).map(Answer::Built);
                 }
             }
         }
         _ => {}
     }
-    let resp = match forward(env, &product_id, &cmd).await {
+    let resp = match forward_raw(env, &product_id, &cmd).await {
         Ok(resp) => resp,
         Err(e) => {
             worker::console_error!("flashgate edge: product {product_id} unreachable: {e}");
-            return unavailable();
+            return unavailable().map(Answer::Built);
         }
     };
-    if matches!(cmd, Command::Reserve { .. }) && resp.status_code() == 409 {
+    if matches!(cmd, Command::Reserve { .. }) && resp.status() == 409 {
         // The object refused what the snapshot let through (sold out, most
         // likely): the next request fetches a new one.
         EDGE.with_borrow_mut(|c| c.invalidate(&product_id));
     }
-    Ok(resp)
+    Ok(Answer::Object(resp))
 }
 
 /// Asks a rate limiting binding; a refusal is the 429 to send.
@@ -445,13 +470,26 @@ async fn queue(
 /// Sends a command to its product's object: one object per product, which
 /// serialises every decision about its stock.
 async fn forward(env: &Env, product_id: &str, cmd: &Command) -> worker::Result<Response> {
-    let stub = env
+    forward_raw(env, product_id, cmd).await.map(Response::from)
+}
+
+/// `forward`, with the object's response as the runtime gave it.
+async fn forward_raw(
+    env: &Env,
+    product_id: &str,
+    cmd: &Command,
+) -> worker::Result<web_sys::Response> {
+    let stub: worker::worker_sys::DurableObject = env
         .durable_object("PRODUCT_GATE")?
         .id_from_name(product_id)?
-        .get_stub()?;
-    let mut init = RequestInit::new();
-    init.with_method(Method::Post)
-        .with_body(Some(serde_json::to_string(cmd)?.into()));
-    let internal = Request::new_with_init("https://product-gate/command", &init)?;
-    stub.fetch_with_request(internal).await
+        .get_stub()?
+        .into_rpc();
+    let init = web_sys::RequestInit::new();
+    init.set_method("POST");
+    init.set_body(&JsValue::from_str(&serde_json::to_string(cmd)?));
+    let internal = web_sys::Request::new_with_str_and_init("https://product-gate/command", &init)?;
+    let promise = stub.fetch_with_request(&internal)?;
+    Ok(JsFuture::from(promise)
+        .await?
+        .dyn_into::<web_sys::Response>()?)
 }
