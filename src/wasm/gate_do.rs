@@ -144,6 +144,29 @@ impl ProductGate {
     }
 }
 
+/// A request's hold on its place in the batch queue.
+struct Claim<'a> {
+    batcher: &'a RefCell<Batcher>,
+    ticket: crate::group_commit::Ticket,
+    taken: bool,
+}
+
+impl Claim<'_> {
+    fn taken(mut self) {
+        self.taken = true;
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if !self.taken {
+            // No borrow of the batcher spans an await, so this one cannot
+            // collide with another.
+            self.batcher.borrow_mut().abandon(self.ticket);
+        }
+    }
+}
+
 /// The origin's route for batches; the signature covers it.
 const BATCH_PATH: &str = "/v1/batches";
 
@@ -251,6 +274,13 @@ impl DurableObject for ProductGate {
         // share a batch, then take this command's answer; the first request
         // to wake runs the batch for all of them.
         let ticket = self.batcher.borrow_mut().enqueue(cmd);
+        // Should the runtime drop this request's future (its client went
+        // away), the guard drops the answer it would have taken.
+        let claim = Claim {
+            batcher: &self.batcher,
+            ticket,
+            taken: false,
+        };
         Delay::from(Duration::ZERO).await;
         let answer = loop {
             if let Some(answer) = self.batcher.borrow_mut().take_answer(ticket) {
@@ -258,6 +288,7 @@ impl DurableObject for ProductGate {
             }
             self.run_batch().await;
         };
+        claim.taken();
         match answer {
             Answer::Reply(reply) => http::respond(reply),
             // Storage failed: nothing of the batch was stored or
