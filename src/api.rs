@@ -212,7 +212,37 @@ pub enum Command {
     },
 }
 
+/// The request header that carries a command from the Worker to its
+/// object, when it fits: a header is read synchronously, where a body is a
+/// stream read through a promise.
+pub const COMMAND_HEADER: &str = "flashgate-command";
+
+/// The most bytes of a command sent as a header; a larger one (a snapshot
+/// request carrying many seconds of arrivals) goes as the body.
+pub const COMMAND_HEADER_BYTES_MAX: usize = 4096;
+
 impl Command {
+    /// The command as JSON with every non-ASCII character escaped
+    /// (`\uXXXX`), so that it is a valid header value; `None` if it is
+    /// longer than `COMMAND_HEADER_BYTES_MAX`.
+    pub fn to_header(&self) -> Option<String> {
+        let json = serde_json::to_string(self).ok()?;
+        let mut out = String::with_capacity(json.len());
+        for c in json.chars() {
+            if c.is_ascii() && !c.is_ascii_control() {
+                out.push(c);
+            } else {
+                // Inside JSON, non-ASCII only occurs in strings, where an
+                // escape means the same; controls are escaped already.
+                let mut units = [0u16; 2];
+                for u in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{u:04x}"));
+                }
+            }
+        }
+        (out.len() <= COMMAND_HEADER_BYTES_MAX).then_some(out)
+    }
+
     /// The product the command is for.
     pub fn product_id(&self) -> &str {
         match self {
@@ -963,5 +993,45 @@ mod tests {
             ApiRoute::AdminRestock(_) => RouteKind::AdminRestock,
             ApiRoute::AdminVoid(..) => RouteKind::AdminVoid,
         }
+    }
+}
+
+#[cfg(test)]
+mod command_header_tests {
+    use super::*;
+
+    #[test]
+    fn a_command_goes_as_an_ascii_header_and_comes_back_equal() {
+        let cmd = Command::Reserve {
+            product_id: "p1".into(),
+            buyer: "买家-ü-😀".into(),
+            idem_key: "k\"1".into(),
+            quantity: 2,
+            ticket: None,
+        };
+        let header = cmd.to_header().expect("fits");
+        assert!(
+            header.bytes().all(|b| (0x20..0x7f).contains(&b)),
+            "{header}"
+        );
+        assert_eq!(serde_json::from_str::<Command>(&header).unwrap(), cmd);
+    }
+
+    #[test]
+    fn a_command_too_long_for_a_header_goes_as_the_body() {
+        let mut arrivals = flashgate_core::Arrivals::default();
+        for s in 0..2_000u64 {
+            let t = flashgate_core::Ticket {
+                arrived_ms: s * 1000,
+                tiebreak: 1,
+            };
+            arrivals.add(&t, None);
+        }
+        let cmd = Command::Snapshot {
+            product_id: "p1".into(),
+            arrivals,
+        };
+        assert!(serde_json::to_string(&cmd).unwrap().len() > COMMAND_HEADER_BYTES_MAX);
+        assert_eq!(cmd.to_header(), None);
     }
 }

@@ -486,7 +486,14 @@ async fn forward_raw(
         .into_rpc();
     let init = web_sys::RequestInit::new();
     init.set_method("POST");
-    init.set_body(&JsValue::from_str(&serde_json::to_string(cmd)?));
+    match cmd.to_header() {
+        Some(header) => {
+            let headers = web_sys::Headers::new()?;
+            headers.set(api::COMMAND_HEADER, &header)?;
+            init.set_headers(&headers);
+        }
+        None => init.set_body(&JsValue::from_str(&serde_json::to_string(cmd)?)),
+    }
     let internal = web_sys::Request::new_with_str_and_init("https://product-gate/command", &init)?;
     let promise = stub.fetch_with_request(&internal)?;
     Ok(JsFuture::from(promise)

@@ -256,12 +256,16 @@ impl DurableObject for ProductGate {
         if let Err(e) = config::settings(&self.env) {
             return http::problem(Problem::misconfigured(e.to_string()));
         }
-        // Text and serde_json, not `req.json()`: parsing in Rust is cheaper
-        // than building a JS object and converting it field by field.
-        let parsed = req
-            .text()
-            .await
-            .and_then(|t| serde_json::from_str::<Command>(&t).map_err(worker::Error::from));
+        // The command comes as a header when it fits (read without a
+        // promise), else as the body. Text and serde_json, not
+        // `req.json()`: parsing in Rust is cheaper than building a JS
+        // object and converting it field by field.
+        let text = match req.headers().get(crate::api::COMMAND_HEADER) {
+            Ok(Some(header)) => Ok(header),
+            _ => req.text().await,
+        };
+        let parsed =
+            text.and_then(|t| serde_json::from_str::<Command>(&t).map_err(worker::Error::from));
         let cmd = match parsed {
             Ok(cmd) => cmd,
             // Only the Worker calls this object, with commands it built.
