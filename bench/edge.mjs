@@ -16,15 +16,14 @@
 // that reach the object (100 units, 20,000 clicks), the wasm size raw and
 // gzipped, cold start, workerd's peak memory, and the client-side errors
 // (connection resets) of every row, the ceiling's included.
-import { spawn } from "node:child_process";
-import { copyFileSync, mkdtempSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { gzipSync } from "node:zlib";
-import { freePort, ROOT, startGate, WORKERD } from "../tests/support/runtime.mjs";
+import { ROOT, startGate } from "../tests/support/runtime.mjs";
 import { client, pool } from "../tests/support/client.mjs";
 import { buyerToken } from "../tests/support/keys.mjs";
 import { load, median } from "./load.mjs";
+import { startCeiling } from "./ceiling.mjs";
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const RUNS = Number(process.env.BENCH_RUNS ?? 3);
@@ -34,41 +33,6 @@ function peakRssMiB(pid) {
   const status = readFileSync(`/proc/${pid}/status`, "utf8");
   const kb = Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0);
   return kb / 1024;
-}
-
-async function startCeiling() {
-  const dir = mkdtempSync(join(tmpdir(), "flashgate-ceiling-"));
-  mkdirSync(join(dir, "do-state"));
-  copyFileSync(join(ROOT, "bench/baseline/ceiling.js"), join(dir, "ceiling.js"));
-  const port = await freePort();
-  writeFileSync(
-    join(dir, "ceiling.capnp"),
-    `using Workerd = import "/workerd/workerd.capnp";
-const config :Workerd.Config = (
-  services = [ (name = "main", worker = .ceilingWorker), (name = "disk", disk = (path = "do-state", writable = true)) ],
-  sockets = [ ( name = "http", address = "127.0.0.1:${port}", http = (), service = "main" ) ],
-);
-const ceilingWorker :Workerd.Worker = (
-  modules = [ (name = "ceiling.js", esModule = embed "ceiling.js") ],
-  compatibilityDate = "2025-09-01",
-  durableObjectNamespaces = [ (className = "Ceiling", uniqueKey = "ceiling", enableSql = true) ],
-  durableObjectStorage = (localDisk = "disk"),
-  bindings = [ (name = "CEILING", durableObjectNamespace = "Ceiling") ],
-);
-`,
-  );
-  const proc = spawn(WORKERD, ["serve", "ceiling.capnp", "--experimental"], { cwd: dir, stdio: "ignore" });
-  const url = `http://127.0.0.1:${port}`;
-  for (let i = 0; ; i++) {
-    try {
-      await (await fetch(`${url}/plain`)).text();
-      break;
-    } catch {
-      if (i > 600) throw new Error("ceiling did not start");
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  }
-  return { url, proc, stop: () => proc.kill("SIGTERM") };
 }
 
 const fmt = (r) => `${r.rps.toFixed(0).padStart(6)} req/s   p50 ${r.p50.toFixed(2).padStart(6)} ms   p99 ${r.p99.toFixed(2).padStart(7)} ms`;

@@ -3,7 +3,7 @@
 // bench/edge.mjs, summarised by self time per function and per category.
 // Prints figures; asserts nothing.
 //
-//   node --experimental-websocket bench/profile.mjs [reserve|soldout|read|objread] [seconds]
+//   node --experimental-websocket bench/profile.mjs [reserve|soldout|read|objread|ceiling-hop|ceiling-group|ceiling-each] [seconds]
 //
 // Categories are read from the function names the wasm's name section
 // keeps (Rust symbols) and from the JS glue: wasm-bindgen's glue and
@@ -17,25 +17,37 @@ import { freePort, gateVars, writeConfig, WORKERD } from "../tests/support/runti
 import { client } from "../tests/support/client.mjs";
 import { buyerToken } from "../tests/support/keys.mjs";
 import { load } from "./load.mjs";
+import { startCeiling } from "./ceiling.mjs";
 
 const MODE = process.argv[2] ?? "reserve";
 const SECONDS = Number(process.argv[3] ?? 5);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
 
+// ceiling-hop, ceiling-group and ceiling-each profile the JavaScript
+// ceiling instead, under the same load: the runtime's own cost per request,
+// the floor the gate's figures stand on.
+const CEILING = MODE.startsWith("ceiling-") ? `/${MODE.slice("ceiling-".length)}` : null;
 const dir = mkdtempSync(join(tmpdir(), "flashgate-profile-"));
 mkdirSync(join(dir, "state"));
-const port = await freePort();
 const inspector = await freePort();
-const config = writeConfig({ dir, stateDir: join(dir, "state"), port, vars: gateVars() });
-const proc = spawn(WORKERD, ["serve", config, "--experimental", `--inspector-addr=127.0.0.1:${inspector}`], { stdio: "ignore" });
-const url = `http://127.0.0.1:${port}`;
-for (let i = 0; ; i++) {
-  try {
-    await (await fetch(`${url}/api/products/__ready__`)).arrayBuffer();
-    break;
-  } catch {
-    if (i > 600) throw new Error("workerd did not start");
-    await new Promise((r) => setTimeout(r, 50));
+let url;
+let proc;
+if (CEILING) {
+  const ceiling = await startCeiling({ inspector });
+  ({ url, proc } = ceiling);
+} else {
+  const port = await freePort();
+  const config = writeConfig({ dir, stateDir: join(dir, "state"), port, vars: gateVars() });
+  proc = spawn(WORKERD, ["serve", config, "--experimental", `--inspector-addr=127.0.0.1:${inspector}`], { stdio: "ignore" });
+  url = `http://127.0.0.1:${port}`;
+  for (let i = 0; ; i++) {
+    try {
+      await (await fetch(`${url}/api/products/__ready__`)).arrayBuffer();
+      break;
+    } catch {
+      if (i > 600) throw new Error("workerd did not start");
+      await new Promise((r) => setTimeout(r, 50));
+    }
   }
 }
 
@@ -62,7 +74,7 @@ const send = (method, params = {}) =>
 
 const api = client(url);
 const product = "profiled";
-await api.put(product, { stock_total: MODE === "soldout" ? 0 : 10_000_000, per_buyer_max: 1, quantity_max: 1, hold_ttl_ms: 3_600_000, reservations_max: 200_000 });
+if (!CEILING) await api.put(product, { stock_total: MODE === "soldout" ? 0 : 10_000_000, per_buyer_max: 1, quantity_max: 1, hold_ttl_ms: 3_600_000, reservations_max: 200_000 });
 // objread: buyers read their own holds, which reaches the object and
 // writes nothing.
 const owners = [];
@@ -73,8 +85,9 @@ if (MODE === "objread") {
     owners.push({ path: `/api/products/${product}/reservations/${r.body.reservation_id}`, headers: { authorization: `Bearer ${api.tokenOf(buyer)}` } });
   }
 }
-const request =
-  MODE === "read"
+const request = CEILING
+  ? () => ({ path: CEILING })
+  : MODE === "read"
     ? () => ({ path: `/api/products/${product}` })
     : MODE === "objread"
       ? (n) => owners[n % owners.length]
