@@ -276,6 +276,11 @@ pub struct Incoming<'a> {
     pub body: &'a [u8],
 }
 
+/// The path of a request target (`path_and_query`'s result): no query.
+pub fn path(path_and_query: &str) -> &str {
+    path_and_query.split('?').next().unwrap_or(path_and_query)
+}
+
 /// The path and query of a request's URL as the runtime serialised it
 /// (WHATWG), which a payment signature covers. Read from the string, not
 /// parsed with the `url` crate: that crate and its IDNA tables would add a
@@ -1033,5 +1038,28 @@ mod command_header_tests {
         };
         assert!(serde_json::to_string(&cmd).unwrap().len() > COMMAND_HEADER_BYTES_MAX);
         assert_eq!(cmd.to_header(), None);
+    }
+}
+
+#[cfg(test)]
+mod path_tests {
+    use super::*;
+
+    /// The cases workers-rs checks its own `path_from_url` against.
+    #[test]
+    fn the_path_is_the_target_before_its_query() {
+        for (url, want) in [
+            ("https://example.com/", "/"),
+            ("https://example.com/foo/bar", "/foo/bar"),
+            ("https://example.com/foo?a=1&b=/x", "/foo"),
+            ("https://example.com:8080/foo", "/foo"),
+            ("https://example.com/a%3F%23%2Fb?c", "/a%3F%23%2Fb"),
+            (
+                "http://127.0.0.1:8787/api/products/p1?x=1",
+                "/api/products/p1",
+            ),
+        ] {
+            assert_eq!(path(path_and_query(url)), want, "{url}");
+        }
     }
 }

@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use worker::wasm_bindgen::{JsCast, JsValue};
 use worker::wasm_bindgen_futures::JsFuture;
 use worker::worker_sys::web_sys;
-use worker::{event, Context, Delay, Env, Headers, Method, Request, Response};
+use worker::{event, Context, Delay, Env, Headers, Request, Response};
 
 use flashgate_wire::signing::{self, Presented};
 use serde_json::json;
@@ -52,7 +52,14 @@ enum Answer {
 }
 
 #[event(fetch)]
-async fn fetch(req: Request, env: Env, _ctx: Context) -> worker::Result<web_sys::Response> {
+// The runtime's request as it is: workers-rs' `Request` would read its
+// method, url, headers and `cf` into wasm up front, which most answers here
+// never need.
+async fn fetch(
+    req: web_sys::Request,
+    env: Env,
+    _ctx: Context,
+) -> worker::Result<web_sys::Response> {
     let answer = match handle(req, &env).await {
         Ok(answer) => answer,
         Err(e) => {
@@ -68,26 +75,32 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> worker::Result<web_sys:
 
 /// Reads at most `BODY_BYTES_MAX + 1` bytes, so an oversized body is refused
 /// without being read whole.
-async fn read_body(req: &mut Request) -> worker::Result<Result<Vec<u8>, Problem>> {
-    let declared = req
-        .headers()
+async fn read_body(
+    req: web_sys::Request,
+    method: &str,
+    headers: &Headers,
+) -> worker::Result<Result<Vec<u8>, Problem>> {
+    let declared = headers
         .get("content-length")?
         .and_then(|v| v.trim().parse::<u64>().ok());
     if declared.is_some_and(|n| n > BODY_BYTES_MAX as u64) {
         return Ok(Err(Problem::body_too_large(BODY_BYTES_MAX)));
     }
-    if declared == Some(0) || matches!(req.method(), Method::Get | Method::Head) {
+    if declared == Some(0) || method == "GET" || method == "HEAD" {
         return Ok(Ok(Vec::new()));
     }
     if declared.is_some() {
         // The declared length is within the limit, and the runtime holds a
         // body to its declared length, so it can be read in one piece.
-        let body = req.bytes().await?;
+        let buffer = JsFuture::from(req.array_buffer()?).await?;
+        let body = worker::js_sys::Uint8Array::new(&buffer).to_vec();
         if body.len() > BODY_BYTES_MAX {
             return Ok(Err(Problem::body_too_large(BODY_BYTES_MAX)));
         }
         return Ok(Ok(body));
     }
+    // No declared length: read the stream, and stop past the limit.
+    let mut req = Request::from(req);
     let mut body = Vec::new();
     let mut stream = match req.stream() {
         Ok(s) => s,
@@ -149,10 +162,13 @@ fn session(settings: &Settings, secure: bool) -> worker::Result<Response> {
     Ok(resp)
 }
 
-async fn handle(mut req: Request, env: &Env) -> worker::Result<Answer> {
-    let method = req.method().to_string();
-    let path = req.path();
-    let route = match api::route(&method, &path) {
+async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
+    let method = req.method();
+    let url = req.url();
+    let path_and_query = api::path_and_query(&url);
+    let path = api::path(path_and_query);
+    let headers = Headers(req.headers());
+    let route = match api::route(&method, path) {
         Ok(Route::Page) => {
             let payment_url = env
                 .var("DEMO_PAYMENT_URL")
@@ -172,18 +188,16 @@ async fn handle(mut req: Request, env: &Env) -> worker::Result<Answer> {
     };
     // Every API request meets the client's limit first, so a flood is
     // turned away before anything else is read or verified.
-    let ip = rate_limit::ip_key(req.headers().get("cf-connecting-ip")?.as_deref());
+    let ip = rate_limit::ip_key(headers.get("cf-connecting-ip")?.as_deref());
     if let Some(refused) = limit(env, &settings, Limiter::Ip, &ip).await? {
         return Ok(Answer::Built(refused));
     }
     let now = now_ms();
     let route = match route {
         Route::Api(route) => route,
-        Route::Session => {
-            return session(&settings, req.inner().url().starts_with("https:")).map(Answer::Built)
-        }
+        Route::Session => return session(&settings, url.starts_with("https:")).map(Answer::Built),
         Route::Queue { product_id, join } => {
-            return queue(&req, env, &settings, &product_id, join, now)
+            return queue(&headers, env, &settings, &product_id, join, now)
                 .await
                 .map(Answer::Built);
         }
@@ -191,13 +205,10 @@ async fn handle(mut req: Request, env: &Env) -> worker::Result<Answer> {
             return http::problem(Problem::internal()).map(Answer::Built)
         }
     };
-    let body = match read_body(&mut req).await? {
+    let body = match read_body(req, &method, &headers).await? {
         Ok(b) => b,
         Err(p) => return http::problem(p).map(Answer::Built),
     };
-    let url = req.inner().url();
-    let path_and_query = api::path_and_query(&url);
-    let headers = req.headers();
     let header = |name: &str| headers.get(name).ok().flatten();
     let (content_type, idempotency_key, authorization, cookie, ticket) = (
         header("content-type"),
@@ -388,14 +399,13 @@ async fn refresh(env: &Env, product_id: &str) {
 /// the snapshot, so a crowd in the room costs its object about one request
 /// per isolate per second.
 async fn queue(
-    req: &Request,
+    headers: &Headers,
     env: &Env,
     settings: &Settings,
     product_id: &str,
     join: bool,
     now: u64,
 ) -> worker::Result<Response> {
-    let headers = req.headers();
     let header = |name: &str| headers.get(name).ok().flatten();
     let buyer = match auth::buyer(
         settings,
