@@ -282,12 +282,16 @@ impl ProductObject {
     /// The instant to set the alarm to, if it must move: only earlier, since
     /// an alarm that fires early finds nothing due and sets the next one. A
     /// deadline already passed means "as soon as possible", which the
-    /// runtime wants as a future instant.
+    /// runtime wants as a future instant. An alarm already set at or before
+    /// that instant (even one already due, and not yet delivered) stays: a
+    /// batch must never push a pending alarm later, or steady traffic could
+    /// keep it from ever firing.
     pub fn alarm_to_set(&self, now_ms: u64) -> Option<u64> {
         let next = self.product.as_ref()?.gate.poll_timeout()?;
+        let target = next.max(now_ms + 1);
         match self.alarm_at_ms {
-            Some(at) if next >= at => None,
-            _ => Some(next.max(now_ms + 1)),
+            Some(at) if at <= target => None,
+            _ => Some(target),
         }
     }
 
@@ -343,26 +347,34 @@ impl ProductObject {
         };
         let settled = match result {
             Ok(answer) => match p.gate.ack_outbox(lease.up_to_seq) {
-                AckOutcome::Acked { entries } => {
-                    let refused = answer.refused() as u64;
-                    self.delivery.refused += refused;
-                    self.delivery.last_success_ms = Some(now_ms);
-                    self.delivery.last_error = None;
-                    Settled::Acked { entries, refused }
-                }
+                AckOutcome::Acked { entries } => Settled::Acked {
+                    entries,
+                    refused: answer.refused() as u64,
+                },
                 refused => Settled::AckRefused(refused),
             },
             Err(error) => {
                 let nacked = p.gate.nack_outbox(now_ms, jitter_seed);
-                self.delivery.last_error = Some(error.describe());
                 Settled::Failed { error, nacked }
             }
         };
         let written = store.atomically(|s| self.persist(s, false));
         if written.is_err() {
+            // Nothing of it is stored, and the batch goes again: the
+            // delivery telemetry must not count it yet.
             self.poisoned = true;
+            return written.map(|()| settled);
         }
-        written.map(|()| settled)
+        match &settled {
+            Settled::Acked { refused, .. } => {
+                self.delivery.refused += refused;
+                self.delivery.last_success_ms = Some(now_ms);
+                self.delivery.last_error = None;
+            }
+            Settled::Failed { error, .. } => self.delivery.last_error = Some(error.describe()),
+            Settled::AckRefused(_) | Settled::Stale => {}
+        }
+        Ok(settled)
     }
 
     /// For tests and the simulator: the rows the object holds in memory.

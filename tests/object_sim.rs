@@ -364,8 +364,14 @@ impl Sim {
 
     /// The shell's arm(): set the alarm the object asks for.
     fn arm(&mut self) {
+        let before = self.object.alarm_at_ms();
         if let Some(t) = self.object.alarm_to_set(self.now) {
             assert!(t > self.now, "an alarm in the past");
+            // Only ever earlier: an alarm pushed later at every batch could
+            // be kept from firing by steady traffic.
+            if let Some(b) = before {
+                assert!(t < b, "the alarm at {b} was pushed later, to {t}");
+            }
             self.object.alarm_set(t);
         }
     }
