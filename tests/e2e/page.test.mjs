@@ -98,3 +98,53 @@ test("an unknown product says so", async () => {
   assert.equal(await page.locator("#buy").isDisabled(), true);
   await ctx.close();
 });
+
+test("a product with a waiting room: the page joins, shows the position, and reserves by itself when admitted", async () => {
+  const api = client(gate.url);
+  const product = "room-page";
+  assert.equal((await api.put(product, { stock_total: 3, admit_per_s: 1, per_buyer_max: 1, quantity_max: 1, hold_ttl_ms: 60_000 })).status, 201);
+  const ctx = await browser.newContext();
+  const page = await ctx.newPage();
+  const queueCalls = [];
+  page.on("request", (r) => {
+    if (r.url().endsWith(`/api/products/${product}/queue`)) queueCalls.push(r.method());
+  });
+  await page.goto(`${gate.url}/?product=${product}`);
+  await page.waitForFunction(() => document.getElementById("available").textContent === "3");
+  await page.click("#buy");
+  // The room shows itself, then the page reserves with the ticket.
+  await page.waitForFunction(() => !document.getElementById("queue-row").hidden);
+  await page.waitForFunction(() => !document.getElementById("reservation").hidden, null, { timeout: 20_000 });
+  assert.equal(await page.textContent("#rstate"), "held");
+  assert.equal(await page.textContent("#queue"), "your turn");
+  assert.equal(queueCalls[0], "POST", "the page joined first");
+  const s = (await api.stats(product)).body;
+  assert.equal(s.held, 1);
+  assert.ok(s.queue.reported >= 1, JSON.stringify(s.queue));
+  console.log(`waiting room page: ${queueCalls.length} queue calls (1 join, then polls) before the reserve`);
+  await ctx.close();
+});
+
+test("a rate-limited reserve says when to try again", async () => {
+  const api = client(gate.url);
+  const product = "limited-page";
+  assert.equal((await api.put(product, { stock_total: 3 })).status, 201);
+  const ctx = await browser.newContext();
+  const page = await ctx.newPage();
+  // The edge's 429, as the rate limiting binding makes it.
+  await page.route("**/reservations", (route) =>
+    route.fulfill({
+      status: 429,
+      headers: { "content-type": "application/problem+json", "retry-after": "7" },
+      body: JSON.stringify({ type: "about:blank", title: "Too many requests", status: 429, code: "rate_limited", detail: "slow down" }),
+    }),
+  );
+  await page.goto(`${gate.url}/?product=${product}`);
+  await page.waitForFunction(() => document.getElementById("available").textContent === "3");
+  await page.click("#buy");
+  await page.waitForFunction(() => /try again/.test(document.getElementById("message").textContent));
+  assert.match(await page.textContent("#message"), /try again in 7 s/);
+  assert.equal(await page.locator("#buy").isEnabled(), true, "the button comes back");
+  assert.equal((await api.stats(product)).body.held, 0);
+  await ctx.close();
+});
