@@ -73,6 +73,7 @@ test("at least 25 attacks are refused, and change nothing at the gate or the ori
       url: `${origin.url}/v1/batches`,
       init: { method: "POST", headers: { "content-type": "application/json", ...headers }, body: batchBody },
     });
+    const forgedCommand = JSON.stringify({ op: "restock", product_id: P, units: 1000 });
     const signBatch = (opts) => keys.signHeaders({ method: "POST", path: "/v1/batches", body: batchBody, ...opts });
 
     const attacks = [
@@ -90,6 +91,10 @@ test("at least 25 attacks are refused, and change nothing at the gate or the ori
       ["wrong audience", reserveWith(bearer(keys.buyerToken("alice", { claims: { aud: "another-shop" } }))), 401, "token_invalid"],
       ["a year-long token", reserveWith(bearer(keys.buyerToken("alice", { claims: { exp: now + 365 * 86400 } }))), 401, "token_invalid"],
       ["subject not a buyer id", reserveWith(bearer(keys.buyerToken("alice bob"))), 401, "token_invalid"],
+      // The header that carries commands from the Worker to the object,
+      // forged by a client: the Worker never passes it on.
+      ["the object's command header, no token", reserveWith({ "flashgate-command": forgedCommand }), 401, "token_missing"],
+      ["the object's command header, admin route, buyer token", { url: `${gate.url}/admin/products/${P}/restock`, init: { method: "POST", headers: { "content-type": "application/json", "flashgate-command": forgedCommand, ...bearer(keys.buyerToken("alice")) }, body: '{"units":1000}' } }, 401, "unauthorized"],
       // Other buyers' reservations.
       ["read another buyer's reservation", { url: `${gate.url}${base}/reservations/${ridA}`, init: { headers: bearer(keys.buyerToken("bob")) } }, 404, "unknown_reservation"],
       ["cancel another buyer's reservation", { url: `${gate.url}${base}/reservations/${ridA}/cancel`, init: { method: "POST", headers: bearer(keys.buyerToken("bob")) } }, 404, "unknown_reservation"],
@@ -133,6 +138,17 @@ test("at least 25 attacks are refused, and change nothing at the gate or the ori
     assert.deepEqual(stateOf((await api.stats(P)).body), before, "the gate's state changed");
     assert.deepEqual(await origin.product(P), originBefore.product, "the origin's product changed");
     assert.deepEqual(await origin.orders(P), originBefore.orders, "the origin's orders changed");
+    // A buyer's own reserve that carries a forged command header is just a
+    // reserve: one unit held, and the stock total as it was.
+    const forged = await fetch(`${gate.url}${base}/reservations`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "idempotency-key": '"forged-command"', "flashgate-command": forgedCommand, ...bearer(keys.buyerToken("carol")) },
+      body: '{"quantity":1}',
+    }).then(json);
+    assert.equal(forged.status, 201, why(JSON.stringify(forged.body)));
+    const after = (await api.stats(P)).body;
+    assert.equal(after.stock_total, before.stock_total, "a forged command header restocked");
+    assert.equal(after.held, before.held + 1);
     console.log(`trust: ${attacks.length} attacks refused; the gate and the origin unchanged`);
 
     // A real confirmation, captured and replayed inside the signature's
