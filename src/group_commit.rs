@@ -10,7 +10,7 @@
 //! waiting. Replies leave only after the batch's transaction committed, and
 //! the runtime's output gate holds them until that write is durable.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use crate::api::Command;
 use crate::object::{StorageError, COMMANDS_PER_BATCH_MAX};
@@ -34,10 +34,6 @@ pub struct Batcher {
     next: u64,
     waiting: VecDeque<(Ticket, Command)>,
     answers: BTreeMap<Ticket, Answer>,
-    /// Tickets whose requests went away before their batch ran: their
-    /// commands still run (they may already be decided in a client's mind,
-    /// as any request whose answer is lost), but nobody takes the answer.
-    abandoned: BTreeSet<Ticket>,
 }
 
 impl Batcher {
@@ -54,8 +50,7 @@ impl Batcher {
         self.waiting.drain(..n).unzip()
     }
 
-    /// Files the batch's outcome under each of its tickets (but not under
-    /// an abandoned one, which nobody would take).
+    /// Files the batch's outcome under each of its tickets.
     pub fn answer(&mut self, tickets: Vec<Ticket>, outcome: Result<Vec<Reply>, StorageError>) {
         let answers: Vec<Answer> = match outcome {
             Ok(replies) => {
@@ -64,25 +59,7 @@ impl Batcher {
             }
             Err(e) => tickets.iter().map(|_| Answer::Failed(e.clone())).collect(),
         };
-        for (t, a) in tickets.into_iter().zip(answers) {
-            if !self.abandoned.remove(&t) {
-                self.answers.insert(t, a);
-            }
-        }
-    }
-
-    /// The request holding `ticket` went away (its future was dropped):
-    /// drops its answer, or the answer to come.
-    pub fn abandon(&mut self, ticket: Ticket) {
-        if self.answers.remove(&ticket).is_none() && self.waiting.iter().any(|(t, _)| *t == ticket)
-        {
-            self.abandoned.insert(ticket);
-        }
-    }
-
-    /// Answers filed and not taken yet: each belongs to a live request.
-    pub fn unclaimed(&self) -> usize {
-        self.answers.len()
+        self.answers.extend(tickets.into_iter().zip(answers));
     }
 
     /// The answer for `ticket`, once its batch ran. Taking it removes it.
@@ -138,27 +115,6 @@ mod tests {
         );
         assert_eq!(b.take_answer(late), None, "a later command is not failed");
         assert_eq!(b.waiting(), 1);
-    }
-
-    #[test]
-    fn an_abandoned_request_leaves_no_answer_behind() {
-        let mut b = Batcher::default();
-        let gone_early = b.enqueue(read(0));
-        let stays = b.enqueue(read(1));
-        b.abandon(gone_early);
-        let (batch, _) = b.take_batch();
-        let replies = (0..2)
-            .map(|i| Reply::ok(200, serde_json::json!(i)))
-            .collect();
-        b.answer(batch, Ok(replies));
-        assert_eq!(b.unclaimed(), 1, "the abandoned answer was filed");
-        let gone_late = b.enqueue(read(2));
-        let (batch, _) = b.take_batch();
-        b.answer(batch, Err(StorageError("disk".into())));
-        b.abandon(gone_late);
-        assert!(b.take_answer(stays).is_some());
-        assert_eq!(b.unclaimed(), 0);
-        assert!(b.abandoned.is_empty());
     }
 
     #[test]

@@ -144,29 +144,6 @@ impl ProductGate {
     }
 }
 
-/// A request's hold on its place in the batch queue.
-struct Claim<'a> {
-    batcher: &'a RefCell<Batcher>,
-    ticket: crate::group_commit::Ticket,
-    taken: bool,
-}
-
-impl Claim<'_> {
-    fn taken(mut self) {
-        self.taken = true;
-    }
-}
-
-impl Drop for Claim<'_> {
-    fn drop(&mut self) {
-        if !self.taken {
-            // No borrow of the batcher spans an await, so this one cannot
-            // collide with another.
-            self.batcher.borrow_mut().abandon(self.ticket);
-        }
-    }
-}
-
 /// The origin's route for batches; the signature covers it.
 const BATCH_PATH: &str = "/v1/batches";
 
@@ -277,14 +254,9 @@ impl DurableObject for ProductGate {
         // Group commit: wait one tick, so the commands that arrive in it
         // share a batch, then take this command's answer; the first request
         // to wake runs the batch for all of them.
+        // wasm-bindgen runs this future to completion (JS cannot cancel
+        // it), so every ticket taken here is also claimed below.
         let ticket = self.batcher.borrow_mut().enqueue(cmd);
-        // Should the runtime drop this request's future (its client went
-        // away), the guard drops the answer it would have taken.
-        let claim = Claim {
-            batcher: &self.batcher,
-            ticket,
-            taken: false,
-        };
         Delay::from(Duration::ZERO).await;
         let answer = loop {
             if let Some(answer) = self.batcher.borrow_mut().take_answer(ticket) {
@@ -292,7 +264,6 @@ impl DurableObject for ProductGate {
             }
             self.run_batch().await;
         };
-        claim.taken();
         match answer {
             Answer::Reply(reply) => http::respond(reply),
             // Storage failed: nothing of the batch was stored or
