@@ -27,6 +27,11 @@ pub const BODY_BYTES_MAX: usize = 4 * 1024;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RouteKind {
     Page,
+    ProductPage,
+    AdminPage,
+    ListProducts,
+    Live,
+    AdminDrift,
     OpenApi,
     Session,
     GetProduct,
@@ -47,9 +52,13 @@ pub enum RouteKind {
 pub const ROUTES: &[(&str, &str, RouteKind)] = &[
     ("GET", "/", RouteKind::Page),
     ("GET", "/index.html", RouteKind::Page),
+    ("GET", "/p/{product_id}", RouteKind::ProductPage),
+    ("GET", "/admin", RouteKind::AdminPage),
     ("GET", "/openapi.json", RouteKind::OpenApi),
     ("POST", "/api/session", RouteKind::Session),
+    ("GET", "/api/products", RouteKind::ListProducts),
     ("GET", "/api/products/{product_id}", RouteKind::GetProduct),
+    ("GET", "/api/products/{product_id}/live", RouteKind::Live),
     (
         "POST",
         "/api/products/{product_id}/queue",
@@ -92,6 +101,11 @@ pub const ROUTES: &[(&str, &str, RouteKind)] = &[
         RouteKind::AdminStats,
     ),
     (
+        "GET",
+        "/admin/products/{product_id}/drift",
+        RouteKind::AdminDrift,
+    ),
+    (
         "POST",
         "/admin/products/{product_id}/reservations/{reservation_id}/void",
         RouteKind::AdminVoid,
@@ -101,8 +115,13 @@ pub const ROUTES: &[(&str, &str, RouteKind)] = &[
 /// Where a request goes, decided from the method and path alone.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Route {
-    /// The buyer page, served by the Worker itself.
-    Page,
+    /// A page, served by the Worker itself.
+    Page(Page),
+    /// The products on sale or scheduled, read through the edge cache.
+    ListProducts,
+    /// A live-update socket on a product (WebSocket upgrade), accepted by
+    /// its object.
+    Live { product_id: String },
     /// The OpenAPI document, served by the Worker itself.
     OpenApi,
     /// A dev session (an anonymous buyer token), minted by the Worker.
@@ -112,6 +131,17 @@ pub enum Route {
     Queue { product_id: String, join: bool },
     /// A request for a product's Durable Object.
     Api(ApiRoute),
+}
+
+/// The pages the Worker serves (`page`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Page {
+    /// `/`: the products open or scheduled.
+    List,
+    /// `/p/{id}`: one product, where a buyer buys.
+    Product(String),
+    /// `/admin`: the admin console.
+    Admin,
 }
 
 /// A route that a product's Durable Object answers. Reservation ids are as
@@ -125,6 +155,9 @@ pub enum ApiRoute {
     Cancel(String, String),
     AdminPut(String),
     AdminStats(String),
+    /// The gate's stats beside the origin's totals: the edge asks the
+    /// object for its stats, then the origin.
+    AdminDrift(String),
     AdminRestock(String),
     AdminVoid(String, String),
 }
@@ -135,6 +168,7 @@ impl ApiRoute {
             self,
             ApiRoute::AdminPut(_)
                 | ApiRoute::AdminStats(_)
+                | ApiRoute::AdminDrift(_)
                 | ApiRoute::AdminRestock(_)
                 | ApiRoute::AdminVoid(..)
         )
@@ -149,6 +183,7 @@ impl ApiRoute {
             | ApiRoute::Cancel(p, _)
             | ApiRoute::AdminPut(p)
             | ApiRoute::AdminStats(p)
+            | ApiRoute::AdminDrift(p)
             | ApiRoute::AdminRestock(p)
             | ApiRoute::AdminVoid(p, _) => p,
         }
@@ -210,6 +245,14 @@ pub enum Command {
         #[serde(default)]
         arrivals: Arrivals,
     },
+    /// A viewer's live-update socket: the object accepts it (the request
+    /// carries the WebSocket upgrade) or refuses it past its cap. The buyer
+    /// is the viewer's, when its page had a session.
+    Watch {
+        product_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        buyer: Option<String>,
+    },
 }
 
 /// The request header that carries a command from the Worker to its
@@ -255,7 +298,8 @@ impl Command {
             | Command::Restock { product_id, .. }
             | Command::Stats { product_id }
             | Command::Void { product_id, .. }
-            | Command::Snapshot { product_id, .. } => product_id,
+            | Command::Snapshot { product_id, .. }
+            | Command::Watch { product_id, .. } => product_id,
         }
     }
 }
@@ -384,7 +428,14 @@ pub fn route(method: &str, path: &str) -> Result<Route, Problem> {
             .ok_or_else(Problem::invalid_reservation_id)
     };
     Ok(match kind {
-        RouteKind::Page => Route::Page,
+        RouteKind::Page => Route::Page(Page::List),
+        RouteKind::ProductPage => Route::Page(Page::Product(product()?)),
+        RouteKind::AdminPage => Route::Page(Page::Admin),
+        RouteKind::ListProducts => Route::ListProducts,
+        RouteKind::Live => Route::Live {
+            product_id: product()?,
+        },
+        RouteKind::AdminDrift => Route::Api(ApiRoute::AdminDrift(product()?)),
         RouteKind::OpenApi => Route::OpenApi,
         RouteKind::Session => Route::Session,
         RouteKind::JoinQueue => Route::Queue {
@@ -582,7 +633,9 @@ pub fn parse(
                 }
             }
         }
-        ApiRoute::AdminStats(product_id) => Command::Stats { product_id },
+        ApiRoute::AdminStats(product_id) | ApiRoute::AdminDrift(product_id) => {
+            Command::Stats { product_id }
+        }
         ApiRoute::AdminVoid(product_id, rid) => Command::Void {
             reservation_id: internal(&product_id, &rid)?,
             product_id,
@@ -934,7 +987,16 @@ mod tests {
 
     #[test]
     fn routes_are_matched_from_the_table() {
-        assert_eq!(route("GET", "/"), Ok(Route::Page));
+        assert_eq!(route("GET", "/"), Ok(Route::Page(Page::List)));
+        assert_eq!(route("GET", "/admin"), Ok(Route::Page(Page::Admin)));
+        assert_eq!(
+            route("GET", "/p/demo"),
+            Ok(Route::Page(Page::Product("demo".into())))
+        );
+        assert_eq!(
+            route("GET", "/p/no%20such").unwrap_err().code,
+            ProblemCode::InvalidProductId
+        );
         assert_eq!(route("GET", "/openapi.json"), Ok(Route::OpenApi));
         assert_eq!(route("POST", "/api/session"), Ok(Route::Session));
         let id = "00112233aabbccdd";
@@ -974,7 +1036,11 @@ mod tests {
                 .replace("{reservation_id}", id);
             let got = route(method, &path).unwrap();
             let same = match (&got, kind) {
-                (Route::Page, RouteKind::Page)
+                (Route::Page(Page::List), RouteKind::Page)
+                | (Route::Page(Page::Product(_)), RouteKind::ProductPage)
+                | (Route::Page(Page::Admin), RouteKind::AdminPage)
+                | (Route::ListProducts, RouteKind::ListProducts)
+                | (Route::Live { .. }, RouteKind::Live)
                 | (Route::OpenApi, RouteKind::OpenApi)
                 | (Route::Session, RouteKind::Session) => true,
                 (Route::Queue { join: true, .. }, RouteKind::JoinQueue)
@@ -995,6 +1061,7 @@ mod tests {
             ApiRoute::Cancel(..) => RouteKind::Cancel,
             ApiRoute::AdminPut(_) => RouteKind::AdminPut,
             ApiRoute::AdminStats(_) => RouteKind::AdminStats,
+            ApiRoute::AdminDrift(_) => RouteKind::AdminDrift,
             ApiRoute::AdminRestock(_) => RouteKind::AdminRestock,
             ApiRoute::AdminVoid(..) => RouteKind::AdminVoid,
         }

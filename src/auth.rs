@@ -72,6 +72,22 @@ pub fn buyer(
     .map_err(token_problem)
 }
 
+/// The viewer of a live socket: anyone may watch, so no credential is
+/// `None`; a credential that is sent must be valid (a forged or expired
+/// one is refused, never read as anonymous), and names the buyer.
+pub fn viewer(
+    settings: &Settings,
+    authorization: Option<&str>,
+    cookie_header: Option<&str>,
+    now_ms: u64,
+) -> Result<Option<String>, Problem> {
+    let presented = authorization.is_some() || cookie(cookie_header, BUYER_COOKIE).is_some();
+    if !presented {
+        return Ok(None);
+    }
+    buyer(settings, authorization, cookie_header, now_ms).map(Some)
+}
+
 /// Admits the admin: the bearer token equals one of `ADMIN_TOKENS`,
 /// compared in constant time against each.
 pub fn admin(settings: &Settings, authorization: Option<&str>) -> Result<(), Problem> {
@@ -194,5 +210,30 @@ mod tests {
         let token = super::session(&s, 0, 1).unwrap().token;
         let as_buyer = format!("Bearer {token}");
         assert!(admin(&s, Some(&as_buyer)).is_err());
+    }
+
+    #[test]
+    fn a_viewer_is_anonymous_or_proven() {
+        let s = settings();
+        let now = 1_800_000_000_000;
+        let session = session(&s, now, 7).unwrap();
+        assert_eq!(viewer(&s, None, None, now), Ok(None));
+        assert_eq!(viewer(&s, None, Some("other=1"), now), Ok(None));
+        let jar = format!("{BUYER_COOKIE}={}", session.token);
+        assert_eq!(
+            viewer(&s, None, Some(&jar), now),
+            Ok(Some(session.buyer_id.clone()))
+        );
+        let forged = format!("{BUYER_COOKIE}={}x", session.token);
+        assert_eq!(
+            viewer(&s, None, Some(&forged), now).unwrap_err().code,
+            ProblemCode::TokenInvalid
+        );
+        assert_eq!(
+            viewer(&s, Some("Bearer nonsense"), None, now)
+                .unwrap_err()
+                .code,
+            ProblemCode::TokenInvalid
+        );
     }
 }

@@ -87,6 +87,9 @@ problem_codes! {
     BuyerAboveLimit => "buyer_above_limit", 409, "per_buyer_max below a buyer's units";
     SaleClosed => "sale_closed", 409, "Sale closed for good";
     // The gate failed; retrying is safe.
+    UpgradeRequired => "upgrade_required", 426, "WebSocket upgrade required";
+    LiveFull => "live_full", 503, "Too many live viewers";
+    CatalogFull => "catalog_full", 409, "Too many products";
     Internal => "internal", 500, "Internal error";
     Unavailable => "unavailable", 503, "Product temporarily unavailable";
     Misconfigured => "misconfigured", 500, "Gate misconfigured";

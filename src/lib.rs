@@ -12,6 +12,9 @@
 //! - `object`: the Durable Object as a state machine over its storage;
 //! - `sql`: the object's SQLite schema and row mapping;
 //! - `delivery`: outbox batches and the classes of a failed delivery;
+//! - `catalog`: which products exist, for the listing at `/`;
+//! - `live`: the live updates an object pushes to its viewers' sockets,
+//!   and how they are coalesced;
 //! - `edge_cache`, `buyer_filter`, `ticket`, `rate_limit`: admission at
 //!   the edge: the product snapshots the edge answers from, the buyers
 //!   whose retries must reach the object, waiting-room tickets, and the
@@ -23,11 +26,13 @@
 pub mod api;
 pub mod auth;
 pub mod buyer_filter;
+pub mod catalog;
 pub mod codes;
 pub mod delivery;
 pub mod edge_cache;
 pub mod group_commit;
 pub mod ids;
+pub mod live;
 pub mod object;
 pub mod page;
 pub mod problem;

@@ -24,6 +24,7 @@ use flashgate_wire::{Batch, BatchResult};
 
 use crate::api::Command;
 use crate::delivery::{self, DeliveryError};
+use crate::live::LiveState;
 use crate::reply::Reply;
 use crate::service::{self, Product};
 use crate::views::ShellStatus;
@@ -392,6 +393,38 @@ impl ProductObject {
     /// The alarm the object believes is set.
     pub fn alarm_at_ms(&self) -> Option<u64> {
         self.alarm_at_ms
+    }
+
+    /// What live viewers see of the product now, loading first if memory
+    /// cannot be trusted; `None` if this object holds no product.
+    pub fn live_state(
+        &mut self,
+        store: &mut impl Storage,
+        now_ms: u64,
+    ) -> Result<Option<LiveState>, StorageError> {
+        self.ensure_loaded(store)?;
+        Ok(self.live_now(now_ms))
+    }
+
+    /// `live_state` from memory as it is, for the push after a batch or an
+    /// alarm (which loaded, or failed and left nothing to push).
+    pub fn live_now(&self, now_ms: u64) -> Option<LiveState> {
+        if self.poisoned {
+            return None;
+        }
+        let l = self.product.as_ref()?.gate.levels(now_ms);
+        Some(LiveState {
+            state: l.phase.as_str(),
+            stock_total: l.stock_total,
+            available: l.available,
+            held: l.held,
+            sold: l.sold,
+        })
+    }
+
+    /// The product's id, once one is loaded.
+    pub fn product_id(&self) -> Option<&str> {
+        self.product.as_ref().map(|p| p.id.as_str())
     }
 
     pub fn is_poisoned(&self) -> bool {

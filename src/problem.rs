@@ -69,6 +69,38 @@ impl Problem {
 
     // ----- the problems the edge raises before the Durable Object ---------
 
+    /// A live-update route asked without a WebSocket upgrade.
+    pub fn upgrade_required() -> Self {
+        Problem::new(
+            ProblemCode::UpgradeRequired,
+            "this route is a WebSocket: send Upgrade: websocket",
+        )
+        .header("upgrade", "websocket")
+    }
+
+    /// The product's object keeps no more sockets: the viewer polls the
+    /// edge-cached product read instead.
+    pub fn live_full(product_id: &str, sockets_max: u32, poll_ms: u64) -> Self {
+        Problem::new(
+            ProblemCode::LiveFull,
+            format!(
+                "this product has its {sockets_max} live viewers; poll GET /api/products/{product_id} instead"
+            ),
+        )
+        .with("poll", format!("/api/products/{product_id}"))
+        .with("poll_interval_ms", poll_ms)
+        .retry_after_ms(poll_ms.max(30_000))
+    }
+
+    /// The catalog lists no more products; an existing product can still
+    /// be updated.
+    pub fn catalog_full(products_max: usize) -> Self {
+        Problem::new(
+            ProblemCode::CatalogFull,
+            format!("the gate lists at most {products_max} products"),
+        )
+    }
+
     pub fn not_found(detail: impl Into<String>) -> Self {
         Problem::new(ProblemCode::NotFound, detail)
     }

@@ -58,7 +58,11 @@ pub fn execute(
     };
     let (id, g, ids) = (p.id.as_str(), &mut p.gate, &p.ids);
     match cmd {
-        Command::GetProduct { .. } => Reply::ok(200, views::product(g, id, now_ms)),
+        // A watch is accepted by the shell, which reads the object's
+        // `live_state` instead; run as a command it is a product read.
+        Command::GetProduct { .. } | Command::Watch { .. } => {
+            Reply::ok(200, views::product(g, id, now_ms))
+        }
         Command::Reserve {
             buyer,
             idem_key,

@@ -7,6 +7,7 @@
 
 use flashgate_wire::keys::{KeySet, KEY_BYTES_MIN};
 
+use crate::live::{LIVE_SOCKETS_MAX_DEFAULT, LIVE_SOCKETS_MAX_MAX};
 use crate::rate_limit::Policies;
 use crate::ticket::TicketKey;
 
@@ -39,11 +40,18 @@ pub struct Settings {
     /// the keys its batches are signed with. `None` keeps the outbox
     /// waiting, with backoff, until an origin is configured.
     pub forwarding: Option<Forwarding>,
+    /// `LIVE_SOCKETS_MAX`: the most live-update sockets one product's
+    /// object keeps (`live::LIVE_SOCKETS_MAX_DEFAULT` unless set).
+    pub live_sockets_max: u32,
 }
 
 pub struct Forwarding {
     pub origin_url: String,
     pub keys: KeySet,
+    /// `ORIGIN_READ_TOKEN`: the shop's read token at the origin, with which
+    /// the admin console's drift check reads the origin's totals. Optional:
+    /// without it the console shows the drift as unknown.
+    pub read_token: Option<String>,
 }
 
 /// A setting the gate refuses, named, with the reason.
@@ -90,6 +98,7 @@ impl Settings {
             Some(origin_url) => Some(Forwarding {
                 origin_url: origin_url.trim_end_matches('/').to_string(),
                 keys: key_set(&get, "FORWARD_KEYS")?,
+                read_token: get("ORIGIN_READ_TOKEN").filter(|t| !t.trim().is_empty()),
             }),
         };
         let rate_limits = get("RATE_LIMITS")
@@ -99,7 +108,20 @@ impl Settings {
                 var: "RATE_LIMITS",
                 why,
             })?;
+        let live_sockets_max = match get("LIVE_SOCKETS_MAX").filter(|v| !v.trim().is_empty()) {
+            None => LIVE_SOCKETS_MAX_DEFAULT,
+            Some(text) => text
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=LIVE_SOCKETS_MAX_MAX).contains(n))
+                .ok_or(SettingsError {
+                    var: "LIVE_SOCKETS_MAX",
+                    why: format!("must be a whole number from 1 to {LIVE_SOCKETS_MAX_MAX}"),
+                })?,
+        };
         Ok(Settings {
+            live_sockets_max,
             ticket_key: TicketKey::new(&id_secret),
             rate_limits,
             buyer_keys: key_set(&get, "BUYER_TOKEN_KEYS")?,
@@ -174,5 +196,18 @@ pub(crate) mod tests {
         ]))
         .unwrap();
         assert_eq!(s.forwarding.unwrap().origin_url, "http://o");
+    }
+
+    #[test]
+    fn the_live_socket_cap_defaults_and_is_bounded() {
+        assert_eq!(settings().live_sockets_max, LIVE_SOCKETS_MAX_DEFAULT);
+        let set = Settings::from_env(env(&[("LIVE_SOCKETS_MAX", "10")])).unwrap();
+        assert_eq!(set.live_sockets_max, 10);
+        for bad in ["0", "-1", "many", "32001"] {
+            let e = Settings::from_env(env(&[("LIVE_SOCKETS_MAX", bad)]))
+                .err()
+                .unwrap_or_else(|| panic!("{bad} accepted"));
+            assert_eq!(e.var, "LIVE_SOCKETS_MAX", "{bad}");
+        }
     }
 }

@@ -69,6 +69,32 @@ pub fn snapshot(g: &Gate, product_id: &str, now_ms: u64) -> Value {
     })
 }
 
+/// `GET /admin/products/{id}/drift`: the gate's sold units beside the
+/// origin's, and the drift between them (`GateStats::drift_units`); when
+/// the origin could not be read, the drift is `null` and `origin_error`
+/// says why.
+pub fn drift(stats: &GateStats, origin: Result<flashgate_wire::OriginTotals, String>) -> Value {
+    let (origin_sold, origin_stock_total, drift_units, origin_error) = match origin {
+        Ok(o) => (
+            Some(o.sold),
+            Some(o.stock_total),
+            Some(stats.drift_units(o.sold)),
+            None,
+        ),
+        Err(e) => (None, None, None, Some(e)),
+    };
+    serde_json::json!({
+        "product_id": stats.product_id,
+        "gate_sold": stats.sold,
+        "gate_stock_total": stats.stock_total,
+        "gate_backlog_units": stats.outbox.backlog_units,
+        "origin_sold": origin_sold,
+        "origin_stock_total": origin_stock_total,
+        "drift_units": drift_units,
+        "origin_error": origin_error,
+    })
+}
+
 #[derive(Serialize)]
 struct ProductView<'a> {
     product_id: &'a str,

@@ -348,3 +348,42 @@ fn a_failure_inside_a_batch_stores_none_of_it() {
     let p = obj.command(&mut store, &read, 4).unwrap();
     assert_eq!(p.body["available"].as_u64(), Some(50), "{:?}", p.body);
 }
+
+/// The catalog registers each product once, lists the newest first, and
+/// refuses a new product past its limit while an existing one still passes.
+#[test]
+fn the_catalog_registers_once_and_is_bounded() {
+    use flashgate::catalog::{self, Registered, LISTED_MAX, PRODUCTS_MAX};
+    let mut db = Lite::new();
+    assert_eq!(catalog::newest(&mut db).unwrap(), Vec::<String>::new());
+    assert_eq!(catalog::register(&mut db, "a", 1).unwrap(), Registered::New);
+    assert_eq!(catalog::register(&mut db, "b", 2).unwrap(), Registered::New);
+    assert_eq!(
+        catalog::register(&mut db, "a", 3).unwrap(),
+        Registered::Known
+    );
+    assert_eq!(catalog::newest(&mut db).unwrap(), vec!["b", "a"]);
+    // A hostile id never reaches SQL.
+    assert!(catalog::register(&mut db, "x' OR '1'='1", 4).is_err());
+    assert!(catalog::register(&mut db, "", 4).is_err());
+    for i in 2..PRODUCTS_MAX {
+        assert_eq!(
+            catalog::register(&mut db, &format!("p{i}"), 10 + i as u64).unwrap(),
+            Registered::New
+        );
+    }
+    assert_eq!(
+        catalog::register(&mut db, "one-more", 1 << 40).unwrap(),
+        Registered::Full
+    );
+    assert_eq!(
+        catalog::register(&mut db, "a", 1 << 40).unwrap(),
+        Registered::Known
+    );
+    let newest = catalog::newest(&mut db).unwrap();
+    assert_eq!(newest.len(), LISTED_MAX);
+    assert_eq!(newest[0], format!("p{}", PRODUCTS_MAX - 1));
+    use flashgate_wire::SaleState;
+    assert!(catalog::listed(SaleState::Open) && catalog::listed(SaleState::Scheduled));
+    assert!(!catalog::listed(SaleState::Closed) && !catalog::listed(SaleState::Paused));
+}

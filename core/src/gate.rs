@@ -19,7 +19,7 @@ use crate::outcome::{
 };
 use crate::pacing::Pacing;
 use crate::rows::ItemKey;
-use crate::stats::{Counters, Stats};
+use crate::stats::{Counters, Levels, Stats};
 use crate::store::{HoldState, Paid, Reservation, Store, Void};
 
 /// Rows touched since the shell last took the changes.
@@ -899,6 +899,17 @@ impl Gate {
     }
 
     // ----- observation ------------------------------------------------------
+
+    /// The sale's phase and unit levels at `now_ms`.
+    pub fn levels(&self, now_ms: u64) -> Levels {
+        Levels {
+            phase: self.phase(now_ms),
+            stock_total: self.stock_total,
+            available: self.available,
+            held: self.held,
+            sold: self.sold,
+        }
+    }
 
     pub fn stats(&self, now_ms: u64) -> Stats {
         Stats {

@@ -41,5 +41,5 @@ pub use outcome::{
 };
 pub use persist::Restorer;
 pub use rows::{Change, ItemKey, MetaRow, ReservationRow, RestoreError, Row, RowKey};
-pub use stats::{Counters, Stats};
+pub use stats::{Counters, Levels, Stats};
 pub use store::HoldState;

@@ -55,6 +55,18 @@ impl Counters {
     }
 }
 
+/// The few numbers a viewer of the sale sees: cheap to read (no counters
+/// are copied), so the object reads them after every batch for its live
+/// updates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Levels {
+    pub phase: Phase,
+    pub stock_total: u64,
+    pub available: u64,
+    pub held: u64,
+    pub sold: u64,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stats {
     pub phase: Phase,

@@ -82,10 +82,11 @@ pub fn findings(gate: Option<&GateStats>, origin: Option<(&Product, OrderSums)>)
     if origin.is_none() {
         out.push(Finding::OriginUnknown);
     }
-    let gate_sold = gate.map_or(0, |g| g.sold as i64);
-    let backlog = gate.map_or(0, |g| g.outbox.backlog_units);
     let origin_sold = origin.map_or(0, |(o, _)| o.sold);
-    let drift = gate_sold - origin_sold - backlog;
+    let drift = match gate {
+        Some(g) => g.drift_units(origin_sold),
+        None => -origin_sold,
+    };
     if drift != 0 {
         out.push(Finding::Drift { units: drift });
     }

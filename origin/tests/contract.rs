@@ -71,3 +71,22 @@ fn the_spec_and_architecture_name_every_origin_code_and_no_other() {
         .collect();
     assert_eq!(listed, in_code, "ARCHITECTURE.md's origin codes differ");
 }
+
+/// The gate's admin console reads the origin's product as `OriginTotals`
+/// (for the drift): the origin's product must parse as one, with the same
+/// numbers.
+#[test]
+fn the_origin_product_reads_as_the_gate_expects() {
+    let product = flashgate_origin::db::Product {
+        id: "p1".into(),
+        stock_total: 100,
+        sold: 42,
+        orders_accepted: 40,
+        orders_rejected: 0,
+        orders_voided: 1,
+        stock_seq: 3,
+    };
+    let json = serde_json::to_value(&product).unwrap();
+    let totals: flashgate_wire::OriginTotals = serde_json::from_value(json).unwrap();
+    assert_eq!((totals.stock_total, totals.sold), (100, 42));
+}

@@ -19,6 +19,7 @@ use crate::api::{self, Command, Incoming, Route, BODY_BYTES_MAX};
 use crate::auth;
 use crate::codes::ProblemCode;
 use crate::edge_cache::{EdgeCache, Entry, Known, Snapshot};
+use crate::page::Lang;
 use crate::problem::Problem;
 use crate::rate_limit::{self, Limiter};
 use crate::reply::Reply;
@@ -120,6 +121,7 @@ fn html_response(body: String) -> worker::Result<Response> {
     let headers = Headers::new();
     headers.set("content-type", "text/html; charset=utf-8")?;
     headers.set("cache-control", "no-cache")?;
+    headers.set("vary", "accept-language")?;
     Ok(Response::from_bytes(body.into_bytes())?.with_headers(headers))
 }
 
@@ -169,12 +171,13 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
     let path = api::path(path_and_query);
     let headers = Headers(req.headers());
     let route = match api::route(&method, path) {
-        Ok(Route::Page) => {
+        Ok(Route::Page(page)) => {
             let payment_url = env
                 .var("DEMO_PAYMENT_URL")
                 .map(|v| v.to_string())
                 .unwrap_or_default();
-            return html_response(crate::page::html(&payment_url)).map(Answer::Built);
+            let lang = Lang::from_accept_language(headers.get("accept-language")?.as_deref());
+            return html_response(crate::page::html(&page, lang, &payment_url)).map(Answer::Built);
         }
         Ok(Route::OpenApi) => {
             return static_response(crate::OPENAPI_JSON, "application/json").map(Answer::Built)
@@ -201,7 +204,11 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
                 .await
                 .map(Answer::Built);
         }
-        Route::Page | Route::OpenApi => {
+        Route::ListProducts => return list_products(env).await.map(Answer::Built),
+        Route::Live { product_id } => {
+            return live(&headers, env, &settings, &product_id, now).await;
+        }
+        Route::Page(_) | Route::OpenApi => {
             return http::problem(Problem::internal()).map(Answer::Built)
         }
     };
@@ -239,6 +246,7 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
     };
     let product_id = route.product_id().to_string();
     let admin = route.is_admin();
+    let drift = matches!(route, api::ApiRoute::AdminDrift(_));
     let cmd = match api::parse(&incoming, route, &settings, now) {
         Ok(c) => c,
         Err(p) => return http::problem(p).map(Answer::Built),
@@ -273,6 +281,19 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
                 }
             }
         }
+        // An update may create the product: it is listed first, so that a
+        // product never exists unlisted (an id whose update then fails
+        // lists nothing, see `catalog`).
+        Command::Upsert { .. } => {
+            if let Some(refused) = register(env, &product_id).await? {
+                return Ok(Answer::Built(refused));
+            }
+        }
+        Command::Stats { .. } if drift => {
+            return drift_check(env, &settings, &product_id, &cmd)
+                .await
+                .map(Answer::Built)
+        }
         _ => {}
     }
     let resp = match forward_raw(env, &product_id, &cmd).await {
@@ -288,6 +309,204 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
         EDGE.with_borrow_mut(|c| c.invalidate(&product_id));
     }
     Ok(Answer::Object(resp))
+}
+
+/// `GET /api/products/{id}/live`: a viewer's socket, accepted by the
+/// product's object. Anyone may watch (the pushes are the product's public
+/// numbers); a buyer token, when sent, must be valid, and labels the socket.
+/// An unknown product is refused here, from the edge cache.
+async fn live(
+    headers: &Headers,
+    env: &Env,
+    settings: &Settings,
+    product_id: &str,
+    now: u64,
+) -> worker::Result<Answer> {
+    let upgrade = headers.get("upgrade")?.unwrap_or_default();
+    if !upgrade.eq_ignore_ascii_case("websocket") {
+        return http::problem(Problem::upgrade_required()).map(Answer::Built);
+    }
+    let buyer = match auth::viewer(
+        settings,
+        headers.get("authorization")?.as_deref(),
+        headers.get("cookie")?.as_deref(),
+        now,
+    ) {
+        Ok(b) => b,
+        Err(p) => return http::problem(p).map(Answer::Built),
+    };
+    if let Some(Known::Unknown) = lookup(env, product_id).await {
+        return http::problem(Problem::unknown_product(product_id)).map(Answer::Built);
+    }
+    let cmd = Command::Watch {
+        product_id: product_id.to_string(),
+        buyer,
+    };
+    match forward_raw(env, product_id, &cmd).await {
+        Ok(resp) => Ok(Answer::Object(resp)),
+        Err(e) => {
+            worker::console_error!("flashgate edge: product {product_id} unreachable: {e}");
+            unavailable().map(Answer::Built)
+        }
+    }
+}
+
+/// The catalog's object: one for the whole gate.
+fn catalog_stub(env: &Env) -> worker::Result<worker::Stub> {
+    env.durable_object("CATALOG")?
+        .id_from_name("catalog")?
+        .get_stub()
+}
+
+/// Lists a product in the catalog; a refusal is the problem to send.
+async fn register(env: &Env, product_id: &str) -> worker::Result<Option<Response>> {
+    let mut init = worker::RequestInit::new();
+    init.with_method(worker::Method::Post)
+        .with_body(Some(JsValue::from_str(product_id)));
+    let req = Request::new_with_init("https://catalog/register", &init)?;
+    match catalog_stub(env)?.fetch_with_request(req).await {
+        Ok(resp) if resp.status_code() == 200 => Ok(None),
+        Ok(resp) => Ok(Some(resp)),
+        Err(e) => {
+            worker::console_error!("flashgate edge: the catalog is unreachable: {e}");
+            unavailable().map(Some)
+        }
+    }
+}
+
+thread_local! {
+    /// The catalog's newest ids, as last read, and when.
+    static LISTED: RefCell<Option<(u64, Rc<Vec<String>>)>> = const { RefCell::new(None) };
+}
+
+/// How long the edge reuses the catalog's list: a new product shows within
+/// this much of being created.
+const LISTED_FRESH_MS: u64 = 5_000;
+
+/// `GET /api/products`: the newest registered products that are open or
+/// scheduled, each read through the edge cache (as `GET
+/// /api/products/{id}` answers it).
+async fn list_products(env: &Env) -> worker::Result<Response> {
+    let now = now_ms();
+    let cached = LISTED.with_borrow(|l| {
+        l.as_ref()
+            .filter(|(at, _)| now.saturating_sub(*at) < LISTED_FRESH_MS)
+            .map(|(_, ids)| ids.clone())
+    });
+    let ids = match cached {
+        Some(ids) => ids,
+        None => {
+            let fetched = async {
+                let mut resp = catalog_stub(env)?
+                    .fetch_with_str("https://catalog/list")
+                    .await?;
+                resp.json::<Vec<String>>().await
+            };
+            match fetched.await {
+                Ok(ids) => {
+                    let ids = Rc::new(ids);
+                    LISTED.with_borrow_mut(|l| *l = Some((now, ids.clone())));
+                    ids
+                }
+                Err(e) => {
+                    worker::console_error!("flashgate edge: the catalog is unreachable: {e}");
+                    return unavailable();
+                }
+            }
+        }
+    };
+    let known = futures_util::future::join_all(ids.iter().map(|id| lookup(env, id))).await;
+    let mut body = b"{\"products\":[".to_vec();
+    let mut first = true;
+    for known in known.into_iter().flatten() {
+        if let Known::Product {
+            body: product,
+            snapshot,
+        } = known
+        {
+            if crate::catalog::listed(snapshot.state) {
+                if !first {
+                    body.push(b',');
+                }
+                body.extend_from_slice(&product);
+                first = false;
+            }
+        }
+    }
+    body.extend_from_slice(b"]}");
+    product_response(&body)
+}
+
+/// `GET /admin/products/{id}/drift`: the gate's stats from the object,
+/// the origin's totals with the shop's read token, and the drift.
+async fn drift_check(
+    env: &Env,
+    settings: &Settings,
+    product_id: &str,
+    cmd: &Command,
+) -> worker::Result<Response> {
+    let mut resp = match forward(env, product_id, cmd).await {
+        Ok(r) => r,
+        Err(_) => return unavailable(),
+    };
+    if resp.status_code() != 200 {
+        return Ok(resp);
+    }
+    let stats: flashgate_wire::GateStats = match resp.json().await {
+        Ok(s) => s,
+        Err(e) => {
+            worker::console_error!("flashgate edge: unreadable stats: {e}");
+            return http::problem(Problem::internal());
+        }
+    };
+    let origin = match settings.forwarding.as_ref() {
+        None => Err("no origin is configured (ORIGIN_URL)".to_string()),
+        Some(f) => match f.read_token.as_deref() {
+            None => Err("the gate has no read token for the origin (ORIGIN_READ_TOKEN)".into()),
+            Some(token) => origin_totals(&f.origin_url, token, product_id).await,
+        },
+    };
+    http::respond(Reply::ok(200, crate::views::drift(&stats, origin)))
+}
+
+/// The origin's totals for a product, or why they could not be read.
+async fn origin_totals(
+    origin_url: &str,
+    token: &str,
+    product_id: &str,
+) -> Result<flashgate_wire::OriginTotals, String> {
+    let headers = Headers::new();
+    headers
+        .set("authorization", &format!("Bearer {token}"))
+        .map_err(|e| e.to_string())?;
+    let mut init = worker::RequestInit::new();
+    init.with_headers(headers);
+    let url = format!("{origin_url}/v1/products/{product_id}");
+    let req = Request::new_with_init(&url, &init).map_err(|e| e.to_string())?;
+    let fetcher = worker::Fetch::Request(req);
+    let fetch = fetcher.send();
+    let timeout = Delay::from(Duration::from_millis(crate::delivery::ORIGIN_TIMEOUT_MS));
+    let mut resp =
+        match futures_util::future::select(std::pin::pin!(fetch), std::pin::pin!(timeout)).await {
+            futures_util::future::Either::Left((Ok(r), _)) => r,
+            futures_util::future::Either::Left((Err(e), _)) => {
+                return Err(format!("the origin is unreachable: {e}"))
+            }
+            futures_util::future::Either::Right(_) => {
+                return Err("the origin did not answer in time".into())
+            }
+        };
+    match resp.status_code() {
+        200 => resp
+            .json()
+            .await
+            .map_err(|e| format!("the origin's answer is unreadable: {e}")),
+        404 => Ok(flashgate_wire::OriginTotals {
+            stock_total: 0,
+            sold: 0,
+        }),
+        status => Err(format!("the origin answered {status}")),
+    }
 }
 
 /// Asks a rate limiting binding; a refusal is the 429 to send.
@@ -495,11 +714,16 @@ async fn forward_raw(
         .get_stub()?
         .into_rpc();
     let init = web_sys::RequestInit::new();
-    init.set_method("POST");
+    let watch = matches!(cmd, Command::Watch { .. });
+    // A watch is a WebSocket upgrade, which is a GET without a body.
+    init.set_method(if watch { "GET" } else { "POST" });
     match cmd.to_header() {
         Some(header) => {
             let headers = web_sys::Headers::new()?;
             headers.set(api::COMMAND_HEADER, &header)?;
+            if watch {
+                headers.set("upgrade", "websocket")?;
+            }
             init.set_headers(&headers);
         }
         None => init.set_body(&JsValue::from_str(&serde_json::to_string(cmd)?)),

@@ -18,15 +18,18 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use futures_util::future::{select, Either};
+use worker::wasm_bindgen::{self, prelude::wasm_bindgen, JsCast};
+use worker::worker_sys::DurableObjectState;
 use worker::{
     durable_object, js_sys, wasm_bindgen::JsValue, AbortController, Delay, DurableObject, Env,
     Fetch, Headers, Method, Request, RequestInit, Response, ScheduledTime, State, WebSocket,
-    WebSocketIncomingMessage,
+    WebSocketIncomingMessage, WebSocketPair,
 };
 
 use crate::api::Command;
 use crate::delivery::{self, Attempt};
 use crate::group_commit::{Answer, Batcher};
+use crate::live::{self, Attachment, Due, Pusher};
 use crate::object::{ProductObject, Settled};
 use crate::problem::Problem;
 use crate::settings::Forwarding;
@@ -41,6 +44,9 @@ pub struct ProductGate {
     env: Env,
     object: Rc<RefCell<ProductObject>>,
     batcher: RefCell<Batcher>,
+    /// When to push live updates; shared with the timer a coalesced push
+    /// waits on.
+    pusher: Rc<RefCell<Pusher>>,
 }
 
 fn now_ms() -> u64 {
@@ -67,11 +73,76 @@ impl ProductGate {
             worker::console_error!("ProductGate: a batch of {} failed: {e}", cmds.len());
         }
         self.batcher.borrow_mut().answer(tickets, outcome);
+        self.after_change();
         // The decisions are committed; a failure to move the alarm must not
         // turn their answers into errors. The next batch or alarm re-arms.
         if let Err(e) = self.arm().await {
             worker::console_error!("ProductGate: could not set the alarm: {e}");
         }
+    }
+
+    /// After a batch or an alarm: pushes what the viewers see, now or at
+    /// the end of the coalescing interval, if it changed. Reading the
+    /// levels is cheap; the sockets are only listed when a push goes out
+    /// (at most 10 times a second).
+    fn after_change(&self) {
+        let now = now_ms();
+        let current = self.object.borrow().live_now(now);
+        let due = self.pusher.borrow_mut().changed(current, now);
+        match due {
+            Due::Nothing => {}
+            Due::Now => broadcast(self.state.as_raw(), &self.object, &self.pusher, now),
+            Due::At(at) => {
+                let state: DurableObjectState = AsRef::<JsValue>::as_ref(self.state.as_raw())
+                    .clone()
+                    .unchecked_into();
+                let (object, pusher) = (self.object.clone(), self.pusher.clone());
+                // The timer keeps the object awake until it fires, which
+                // is at most `PUSH_INTERVAL_MS` away.
+                worker::wasm_bindgen_futures::spawn_local(async move {
+                    Delay::from(Duration::from_millis(at.saturating_sub(now))).await;
+                    pusher.borrow_mut().timer_fired();
+                    broadcast(&state, &object, &pusher, now_ms());
+                });
+            }
+        }
+    }
+
+    /// `GET /api/products/{id}/live`: accepts a viewer's socket
+    /// (hibernatable: the object may sleep while sockets stay open), greets
+    /// it with the current state, and keeps its buyer and version across
+    /// hibernation. Past the cap it refuses, and the page polls the
+    /// edge-cached read instead.
+    fn watch(&self, product_id: &str, buyer: Option<String>) -> worker::Result<Response> {
+        let now = now_ms();
+        let loaded = self.object.borrow_mut().live_state(&mut self.store(), now);
+        let current = match loaded {
+            Ok(Some(c)) => c,
+            Ok(None) => return http::problem(Problem::unknown_product(product_id)),
+            Err(e) => {
+                worker::console_error!("ProductGate: could not load for a watch: {e}");
+                return http::problem(Problem::unavailable(js_sys::Math::random()));
+            }
+        };
+        let sockets_max = match config::settings(&self.env) {
+            Ok(s) => s.live_sockets_max,
+            Err(e) => return http::problem(Problem::misconfigured(e.to_string())),
+        };
+        let open = self.state.as_raw().get_websockets().map_or(0, |w| w.len());
+        if !live::admits(open, sockets_max) {
+            return http::problem(Problem::live_full(
+                product_id,
+                sockets_max,
+                crate::edge_cache::SNAPSHOT_FRESH_MS,
+            ));
+        }
+        let pair = WebSocketPair::new()?;
+        self.state.accept_web_socket(&pair.server);
+        let (version, message) = self.pusher.borrow_mut().greeting(current, product_id, now);
+        pair.server
+            .serialize_attachment(Attachment { buyer, version })?;
+        pair.server.send_with_str(&message)?;
+        Response::from_websocket(pair.client)
     }
 
     /// Moves the alarm earlier if the object asks for it.
@@ -144,6 +215,56 @@ impl ProductGate {
     }
 }
 
+/// Sends one push to every socket of the object, if the state changed
+/// since the last: one message, built once. Each socket's attachment
+/// records the version it was sent, keeping its buyer.
+fn broadcast(
+    state: &DurableObjectState,
+    object: &RefCell<ProductObject>,
+    pusher: &RefCell<Pusher>,
+    now: u64,
+) {
+    let (current, product_id) = {
+        let o = object.borrow();
+        (
+            o.live_now(now),
+            o.product_id().unwrap_or_default().to_string(),
+        )
+    };
+    let Some((version, message)) = pusher.borrow_mut().push(current, &product_id, now) else {
+        return;
+    };
+    // The fan-out runs in JavaScript: one call from wasm for every socket,
+    // rather than several per socket. Either way the runtime's sends cost
+    // most of it (ARCHITECTURE.md, "Live updates").
+    let reached = fan_out(state, &message, version as f64);
+    pusher.borrow_mut().reached(reached as usize);
+}
+
+#[wasm_bindgen(inline_js = "
+export function fan_out(state, message, version) {
+  let sent = 0;
+  for (const ws of state.getWebSockets()) {
+    try {
+      ws.send(message);
+      const a = ws.deserializeAttachment() || {};
+      a.version = version;
+      ws.serializeAttachment(a);
+      sent++;
+    } catch (e) {
+      // A socket that is closing refuses the send; its close event
+      // follows, and nothing else needs doing.
+    }
+  }
+  return sent;
+}")]
+extern "C" {
+    /// Sends `message` to every socket of the object, recording `version`
+    /// in each one's attachment (which keeps its buyer); returns how many
+    /// took it.
+    fn fan_out(state: &DurableObjectState, message: &str, version: f64) -> u32;
+}
+
 /// The origin's route for batches; the signature covers it.
 const BATCH_PATH: &str = "/v1/batches";
 
@@ -212,6 +333,13 @@ impl DurableObject for ProductGate {
         // Hold every event back until the gate is rebuilt from storage. A
         // load that fails leaves the object unloaded; the next event tries
         // again.
+        // Viewers' pings are answered by the runtime, without waking the
+        // object.
+        if let Ok(pair) =
+            worker::worker_sys::WebSocketRequestResponsePair::new(live::PING, live::PONG)
+        {
+            state.set_websocket_auto_response(&pair);
+        }
         let _init = state.block_concurrency_while(async move {
             if let Err(e) = slot.borrow_mut().ensure_loaded(&mut store) {
                 worker::console_error!("ProductGate: could not load: {e}");
@@ -226,6 +354,7 @@ impl DurableObject for ProductGate {
             env,
             object,
             batcher: RefCell::default(),
+            pusher: Rc::default(),
         }
     }
 
@@ -251,6 +380,9 @@ impl DurableObject for ProductGate {
                 return http::problem(Problem::internal());
             }
         };
+        if let Command::Watch { product_id, buyer } = cmd {
+            return self.watch(&product_id, buyer);
+        }
         // Group commit: wait one tick, so the commands that arrive in it
         // share a batch, then take this command's answer; the first request
         // to wake runs the batch for all of them.
@@ -280,29 +412,33 @@ impl DurableObject for ProductGate {
             .borrow_mut()
             .alarm(&mut self.store(), now_ms())
             .map_err(|e| worker::Error::RustError(e.0))?;
+        self.after_change();
         self.drain_outbox().await?;
         self.arm().await?;
         Response::ok(format!("expired {expired}"))
     }
 
-    // This object speaks HTTP only. The handlers below exist because the
-    // defaults panic, and a panic resets the whole wasm instance.
+    // Viewers only listen: a ping is answered by the runtime (see `new`),
+    // and any other message closes the socket, so no viewer can make the
+    // object work for it.
 
     async fn websocket_message(
         &self,
         ws: WebSocket,
         _message: WebSocketIncomingMessage,
     ) -> worker::Result<()> {
-        ws.close(Some(1003), Some("ProductGate does not speak WebSocket"))
+        ws.close(Some(live::CLOSE_POLICY), Some("viewers only listen"))
     }
 
     async fn websocket_close(
         &self,
-        _ws: WebSocket,
+        ws: WebSocket,
         _code: usize,
         _reason: String,
         _was_clean: bool,
     ) -> worker::Result<()> {
+        // Completes the closing handshake; the socket may already be gone.
+        let _ = ws.close(Some(1000), Some("bye"));
         Ok(())
     }
 

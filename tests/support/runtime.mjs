@@ -94,11 +94,13 @@ const gate :Workerd.Worker = (
   compatibilityDate = ${capnpString(COMPATIBILITY_DATE)},
   durableObjectNamespaces = [
     (className = "ProductGate", uniqueKey = "flashgate-product-gate", enableSql = true),
+    (className = "Catalog", uniqueKey = "flashgate-catalog", enableSql = true),
   ],
   durableObjectStorage = (localDisk = "disk"),
   globalOutbound = "internet",
   bindings = [
     (name = "PRODUCT_GATE", durableObjectNamespace = "ProductGate"),
+    (name = "CATALOG", durableObjectNamespace = "Catalog"),
 ${rateLimitBindings(vars.RATE_LIMITS).join("\n")}
 ${Object.entries(vars)
   .map(([k, v]) => `    (name = ${capnpString(k)}, text = ${capnpString(v)}),`)

@@ -26,4 +26,4 @@ pub mod token;
 
 pub use batch::{Batch, BatchError, BatchResult, Event, EventResult, EventStatus};
 pub use problem::ProblemDocument;
-pub use stats::{CounterStats, GateStats, OutboxStats, QueueStats, SaleState};
+pub use stats::{CounterStats, GateStats, OriginTotals, OutboxStats, QueueStats, SaleState};

@@ -42,6 +42,24 @@ pub struct GateStats {
     pub counters: CounterStats,
 }
 
+impl GateStats {
+    /// Units the gate sold that the origin neither counts nor has on its
+    /// way in the outbox: `sold - origin_sold - backlog_units`. 0 when the
+    /// two agree; reconcile and the admin console both judge by it.
+    pub fn drift_units(&self, origin_sold: i64) -> i64 {
+        self.sold as i64 - origin_sold - self.outbox.backlog_units
+    }
+}
+
+/// The part of the origin's `GET /v1/products/{id}` that drift is judged
+/// by. The origin's product has more members; they are ignored here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OriginTotals {
+    pub stock_total: i64,
+    /// Units of accepted orders that are not voided.
+    pub sold: i64,
+}
+
 /// How the object spent its events since it loaded: batches of commands
 /// (group commit), alarms, and the largest settling one event did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

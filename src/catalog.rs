@@ -1,0 +1,97 @@
+//! The catalog: which products exist, so that `GET /` can list them.
+//!
+//! One `Catalog` Durable Object holds the list, over the same `SqlDb` as
+//! the products' objects, so this module runs on real SQLite natively. The
+//! edge registers a product before it forwards the admin's update that may
+//! create it; registering is idempotent. An id whose update then failed
+//! lists nothing: the listing reads each product through the edge cache,
+//! which knows it as unknown. Each product's own object stays the only
+//! source of its state; the catalog holds ids and nothing else.
+
+use flashgate_wire::{bounds, SaleState};
+use serde::Deserialize;
+
+use crate::object::StorageError;
+use crate::sql::{SqlDb, SqlValue};
+
+/// The most products the catalog registers. An update of a product already
+/// registered always passes; a new one past this is refused
+/// (`catalog_full`).
+pub const PRODUCTS_MAX: usize = 10_000;
+/// The most products one listing looks at: the newest registered. Each is
+/// read through the edge cache, so a listing costs at most this many
+/// object reads per isolate per second.
+pub const LISTED_MAX: usize = 50;
+
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS catalog (
+    product_id TEXT PRIMARY KEY,
+    registered_at_ms INTEGER NOT NULL)";
+
+/// What registering a product did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Registered {
+    New,
+    Known,
+    Full,
+}
+
+#[derive(Deserialize)]
+struct Count {
+    n: i64,
+}
+
+#[derive(Deserialize)]
+struct Id {
+    product_id: String,
+}
+
+fn count(db: &mut impl SqlDb, filter: &str) -> Result<i64, StorageError> {
+    let rows: Vec<Count> = db.query(&format!("SELECT COUNT(*) AS n FROM catalog{filter}"))?;
+    Ok(rows.first().map_or(0, |c| c.n))
+}
+
+/// Registers `product_id` (a valid id: the edge routed it), unless the
+/// catalog is full.
+pub fn register(
+    db: &mut impl SqlDb,
+    product_id: &str,
+    now_ms: u64,
+) -> Result<Registered, StorageError> {
+    // The id is matched by its grammar (letters, digits, `_`, `-`), so it
+    // is safe inside quotes; `query` takes no parameters.
+    if !bounds::valid_product_id(product_id) {
+        return Err(StorageError(format!("not a product id: {product_id:?}")));
+    }
+    db.atomically(|db| {
+        db.exec(SCHEMA, &[])?;
+        if count(db, &format!(" WHERE product_id = '{product_id}'"))? > 0 {
+            return Ok(Registered::Known);
+        }
+        if count(db, "")? >= PRODUCTS_MAX as i64 {
+            return Ok(Registered::Full);
+        }
+        db.exec(
+            "INSERT INTO catalog (product_id, registered_at_ms) VALUES (?, ?)",
+            &[
+                SqlValue::Text(product_id.to_string()),
+                SqlValue::Int(now_ms as i64),
+            ],
+        )?;
+        Ok(Registered::New)
+    })
+}
+
+/// The newest `LISTED_MAX` registered products, newest first.
+pub fn newest(db: &mut impl SqlDb) -> Result<Vec<String>, StorageError> {
+    db.exec(SCHEMA, &[])?;
+    let rows: Vec<Id> = db.query(&format!(
+        "SELECT product_id FROM catalog ORDER BY registered_at_ms DESC, product_id LIMIT {LISTED_MAX}"
+    ))?;
+    Ok(rows.into_iter().map(|r| r.product_id).collect())
+}
+
+/// Whether a product, as the edge reads it, belongs in the listing: open
+/// or scheduled (a buyer can act on it now or soon).
+pub fn listed(state: SaleState) -> bool {
+    matches!(state, SaleState::Open | SaleState::Scheduled)
+}

@@ -1,0 +1,51 @@
+//! `Catalog`: the one Durable Object that knows which products exist. The
+//! shell of `catalog`: it runs that module's SQL and answers the edge.
+//! Only the Worker calls it: `POST /register` with a product id as the
+//! body, and `GET /list`.
+
+use worker::{durable_object, DurableObject, Env, Method, Request, Response, State};
+
+use crate::catalog::{self, Registered};
+use crate::problem::Problem;
+use crate::wasm::http;
+use crate::wasm::sqlite::DoSql;
+
+#[durable_object]
+pub struct Catalog {
+    state: State,
+}
+
+impl DurableObject for Catalog {
+    fn new(state: State, _env: Env) -> Self {
+        Catalog { state }
+    }
+
+    async fn fetch(&self, mut req: Request) -> worker::Result<Response> {
+        let mut db = DoSql::new(&self.state);
+        let path = req.path();
+        match (req.method(), path.as_str()) {
+            (Method::Post, "/register") => {
+                let id = req.text().await?;
+                let now = worker::Date::now().as_millis();
+                match catalog::register(&mut db, &id, now) {
+                    Ok(Registered::Full) => {
+                        http::problem(Problem::catalog_full(catalog::PRODUCTS_MAX))
+                    }
+                    Ok(_) => Response::ok("registered"),
+                    Err(e) => {
+                        worker::console_error!("Catalog: register {id:?}: {e}");
+                        http::problem(Problem::internal())
+                    }
+                }
+            }
+            (Method::Get, "/list") => match catalog::newest(&mut db) {
+                Ok(ids) => Response::from_json(&ids),
+                Err(e) => {
+                    worker::console_error!("Catalog: list: {e}");
+                    http::problem(Problem::internal())
+                }
+            },
+            _ => http::problem(Problem::not_found(format!("Catalog has no {path}"))),
+        }
+    }
+}
