@@ -35,6 +35,8 @@ pub const SNAPSHOT_FRESH_MS: u64 = 1_000;
 /// Products an isolate keeps snapshots of; the map is cleared at this
 /// size, which bounds its memory against requests for many random ids.
 pub const EDGE_PRODUCTS_MAX: usize = 1_024;
+/// The oldest snapshot served while another request's fetch is slow.
+pub const SNAPSHOT_STALE_MAX_MS: u64 = 10_000;
 
 /// The waiting room as the edge needs it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -207,6 +209,16 @@ impl EdgeCache {
         self.entries
             .get(product_id)
             .filter(|e| now_ms.saturating_sub(e.fetched_at_ms) < SNAPSHOT_FRESH_MS)
+    }
+
+    /// The snapshot of `product_id` if it is at most `SNAPSHOT_STALE_MAX_MS`
+    /// old (and was not invalidated): for a request that waited for another
+    /// request's fetch in vain. A few seconds old is better than a fetch of
+    /// its own, which under a crowd on a slow object is one per request.
+    pub fn usable(&self, product_id: &str, now_ms: u64) -> Option<&Entry> {
+        self.entries
+            .get(product_id)
+            .filter(|e| now_ms.saturating_sub(e.fetched_at_ms) < SNAPSHOT_STALE_MAX_MS)
     }
 
     /// Marks the snapshot stale, so that the next request fetches one.
@@ -382,5 +394,24 @@ mod tests {
         c.return_report("p", report.clone());
         c.issued("p", &t, Some(OPEN));
         assert_eq!(c.take_report("p").per_second, vec![(1_001, 3)]);
+    }
+
+    #[test]
+    fn a_stale_snapshot_is_usable_for_a_while_unless_invalidated() {
+        const T: u64 = 1_800_000_000_000;
+        let mut c = EdgeCache::default();
+        c.insert(
+            "p",
+            Entry {
+                fetched_at_ms: T,
+                known: Known::Unknown,
+            },
+        );
+        assert!(c.fresh("p", T + SNAPSHOT_FRESH_MS - 1).is_some());
+        assert!(c.fresh("p", T + SNAPSHOT_FRESH_MS).is_none());
+        assert!(c.usable("p", T + SNAPSHOT_STALE_MAX_MS - 1).is_some());
+        assert!(c.usable("p", T + SNAPSHOT_STALE_MAX_MS).is_none());
+        c.invalidate("p");
+        assert!(c.usable("p", T + 1).is_none());
     }
 }

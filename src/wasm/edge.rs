@@ -562,6 +562,16 @@ async fn lookup(env: &Env, product_id: &str) -> Option<Known> {
                 break;
             }
         }
+        // The other fetch is slow: a snapshot a few seconds old, if there
+        // is one, rather than one more fetch from every waiting request.
+        let slow = REFRESHING.with_borrow(|m| m.get(product_id) == Some(&started));
+        let stale =
+            || EDGE.with_borrow(|c| c.usable(product_id, now_ms()).map(|e| e.known.clone()));
+        if slow {
+            if let Some(known) = stale() {
+                return Some(known);
+            }
+        }
     }
     refresh(env, product_id).await;
     fresh()

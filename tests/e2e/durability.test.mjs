@@ -46,7 +46,11 @@ test("every acknowledged reserve and confirm survives a SIGKILL", async () => {
     }
   };
   const loops = Array.from({ length: 32 }, (_, c) => clientLoop(c));
-  await sleep(1500);
+  // Kill once a few hundred decisions are acknowledged (however long a
+  // loaded machine takes to get there), in the middle of the load.
+  const t0 = Date.now();
+  while (reserved.size < 300 && Date.now() - t0 < 30_000) await sleep(20);
+  await sleep(rand() * 200);
   await gate.kill();
   stop = true;
   await Promise.all(loops);

@@ -177,3 +177,4 @@ test("the drift check reads the origin, or says why it cannot", async () => {
   const anon = await api.raw(`/admin/products/${product}/drift`);
   assert.equal(anon.status, 401);
 });
+

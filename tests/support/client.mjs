@@ -6,6 +6,8 @@ import { ADMIN_TOKEN, PAYMENT_KEYS, buyerToken, signHeaders } from "./keys.mjs";
 
 export { ADMIN_TOKEN };
 
+export const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
+
 export async function json(r) {
   const text = await r.text();
   let body = null;
@@ -15,6 +17,32 @@ export async function json(r) {
     body = { unparsed: text };
   }
   return { status: r.status, headers: r.headers, body };
+}
+
+/** Network errors the clients retried (each logged), for the tests that
+ * report them. */
+export const networkRetries = { count: 0 };
+
+/**
+ * `fetch` for requests that are safe to repeat (reads, and writes with an
+ * idempotency key or a replayable signature): a network error, or no answer
+ * within `ATTEMPT_MS` (undici's fetch has been seen to wait forever on a
+ * connection the server reset), is retried with the same request, as a
+ * real client retries with the same key. Answers, whatever their status,
+ * are never retried. Each retry is logged, so that resets stay visible.
+ */
+const ATTEMPT_MS = 30_000;
+export async function fetchAgain(url, init = {}, attempts = 3) {
+  for (let i = 1; ; i++) {
+    try {
+      return await fetch(url, { ...init, signal: AbortSignal.timeout(ATTEMPT_MS) });
+    } catch (e) {
+      if (i >= attempts) throw e;
+      networkRetries.count++;
+      console.error(`client: ${init.method ?? "GET"} ${url}: ${e.cause?.code ?? e.name}; retrying (${i}/${attempts - 1})`);
+      await sleep(100 * i);
+    }
+  }
 }
 
 export function client(base, adminToken = ADMIN_TOKEN) {
@@ -32,15 +60,15 @@ export function client(base, adminToken = ADMIN_TOKEN) {
     tokenOf,
     raw: (path, init) => fetch(base + path, init).then(json),
     put: (product, settings) =>
-      fetch(`${base}/admin/products/${product}`, { method: "PUT", headers: admin, body: JSON.stringify(settings) }).then(json),
+      fetchAgain(`${base}/admin/products/${product}`, { method: "PUT", headers: admin, body: JSON.stringify(settings) }).then(json),
     restock: (product, units) =>
       fetch(`${base}/admin/products/${product}/restock`, { method: "POST", headers: admin, body: JSON.stringify({ units }) }).then(json),
-    void: (product, rid) => fetch(`${base}/admin/products/${product}/reservations/${rid}/void`, { method: "POST", headers: admin }).then(json),
-    stats: (product) => fetch(`${base}/admin/products/${product}/stats`, { headers: admin }).then(json),
-    product: (product) => fetch(base_(product)).then(json),
+    void: (product, rid) => fetchAgain(`${base}/admin/products/${product}/reservations/${rid}/void`, { method: "POST", headers: admin }).then(json),
+    stats: (product) => fetchAgain(`${base}/admin/products/${product}/stats`, { headers: admin }).then(json),
+    product: (product) => fetchAgain(base_(product)).then(json),
     session: () => fetch(`${base}/api/session`, { method: "POST" }).then(json),
     reserve: (product, buyer, quantity, key = randomUUID(), extra = {}) =>
-      fetch(`${base_(product)}/reservations`, {
+      fetchAgain(`${base_(product)}/reservations`, {
         method: "POST",
         headers: asBuyer(buyer, { "content-type": "application/json", "idempotency-key": `"${key}"`, ...extra }),
         body: JSON.stringify({ quantity }),
@@ -49,16 +77,16 @@ export function client(base, adminToken = ADMIN_TOKEN) {
     join: (product, buyer, extra = {}) => fetch(`${base_(product)}/queue`, { method: "POST", headers: asBuyer(buyer, extra) }).then(json),
     /** A ticket's standing in the waiting room. */
     standing: (product, buyer, ticket, extra = {}) =>
-      fetch(`${base_(product)}/queue`, { headers: asBuyer(buyer, { "flashgate-ticket": ticket, ...extra }) }).then(json),
-    reservation: (product, buyer, rid) => fetch(`${base_(product)}/reservations/${rid}`, { headers: asBuyer(buyer) }).then(json),
+      fetchAgain(`${base_(product)}/queue`, { headers: asBuyer(buyer, { "flashgate-ticket": ticket, ...extra }) }).then(json),
+    reservation: (product, buyer, rid) => fetchAgain(`${base_(product)}/reservations/${rid}`, { headers: asBuyer(buyer) }).then(json),
     /** A confirmation from the shop's payment backend, signed. */
     confirm: (product, buyer, rid, payment_ref = `pay-${rid}`, { keys = PAYMENT_KEYS } = {}) => {
       const path = `/api/products/${product}/reservations/${rid}/confirm`;
       const body = JSON.stringify({ buyer_id: buyer, payment_ref });
       const headers = { "content-type": "application/json", ...signHeaders({ keys, purpose: "payment", method: "POST", path, body }) };
-      return fetch(base + path, { method: "POST", headers, body }).then(json);
+      return fetchAgain(base + path, { method: "POST", headers, body }).then(json);
     },
-    cancel: (product, buyer, rid) => fetch(`${base_(product)}/reservations/${rid}/cancel`, { method: "POST", headers: asBuyer(buyer) }).then(json),
+    cancel: (product, buyer, rid) => fetchAgain(`${base_(product)}/reservations/${rid}/cancel`, { method: "POST", headers: asBuyer(buyer) }).then(json),
   };
 }
 
@@ -88,7 +116,6 @@ export function rng(seed) {
   };
 }
 
-export const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 
 /** The state part of a product's gate stats: everything but the outcome
  * counters, the object's work telemetry (every stats read is itself a
