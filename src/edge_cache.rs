@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use flashgate_core::{Admission, Arrivals, Rules, Ticket};
+use flashgate_core::{Admission, Arrivals, QueueKey, Rules, Ticket};
 use flashgate_wire::SaleState;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -116,7 +116,7 @@ impl Snapshot {
             }
         }
         if let (Some(q), Some(t)) = (&self.queue, ticket) {
-            let standing = self.standing(q, t, now_ms);
+            let standing = self.standing(q, t, None, now_ms);
             if !standing.admitted && self.state == SaleState::Open {
                 return Some(Problem::not_admitted(
                     standing.position.max(1),
@@ -127,16 +127,38 @@ impl Snapshot {
         None
     }
 
-    /// Where a ticket stands, as the object would decide it now.
-    pub fn standing(&self, q: &QueueSnapshot, ticket: &Ticket, now_ms: u64) -> Standing {
+    /// Where a ticket stands, as the object would decide it now, counting
+    /// too the tickets this isolate issued that no snapshot has yet
+    /// (`unreported`): those that arrived in an earlier second (or in the
+    /// pre-queue) are ahead of a regular ticket. Without them a join's first
+    /// standing could say 1 and the next poll 3.
+    pub fn standing(
+        &self,
+        q: &QueueSnapshot,
+        ticket: &Ticket,
+        unreported: Option<&Arrivals>,
+        now_ms: u64,
+    ) -> Standing {
         let rules = q.rules();
         let key = ticket.key(rules.opens_at_ms);
         let admitted = q.admission.watermark(now_ms, rules).admits(key);
+        let ahead_unreported = match (key, unreported) {
+            (QueueKey::Regular { arrived_ms, .. }, Some(a)) => {
+                let second = arrived_ms / 1000;
+                a.prequeue
+                    + a.per_second
+                        .iter()
+                        .filter(|(s, _)| *s < second)
+                        .map(|(_, n)| n)
+                        .sum::<u64>()
+            }
+            _ => 0,
+        };
         // Not admitted means someone is still ahead, whatever the counts say.
         let position = if admitted {
             0
         } else {
-            q.admission.position(key, now_ms, rules).max(1)
+            (q.admission.position(key, now_ms, rules) + ahead_unreported).max(1)
         };
         let advancing = q.admission.advancing && self.state != SaleState::Closed;
         let eta_s = (advancing && q.admit_per_s > 0).then(|| {
@@ -248,6 +270,12 @@ impl EdgeCache {
             .add(ticket, opens_at_ms);
     }
 
+    /// The tickets issued here for `product_id` that no refresh has
+    /// reported yet.
+    pub fn unreported(&self, product_id: &str) -> Option<&Arrivals> {
+        self.pending.get(product_id)
+    }
+
     /// The report to send with the next refresh.
     pub fn take_report(&mut self, product_id: &str) -> Arrivals {
         self.pending.remove(product_id).unwrap_or_default()
@@ -350,11 +378,30 @@ mod tests {
         a.record(OPEN, rules, &arrivals);
         let s = snapshot(5, &[], Some(room(a)));
         let q = s.queue.as_ref().unwrap();
-        let first = s.standing(q, &tickets[0], OPEN + 500);
+        let first = s.standing(q, &tickets[0], None, OPEN + 500);
         assert!(first.admitted);
-        let last = s.standing(q, &tickets[99], OPEN + 500);
+        let last = s.standing(q, &tickets[99], None, OPEN + 500);
         assert!(!last.admitted);
         assert!(last.position > 90, "{last:?}");
+        // Tickets issued here and not yet reported count ahead of a later
+        // arrival: those of earlier seconds, not those of its own.
+        let late = Ticket {
+            arrived_ms: OPEN + 5_000,
+            tiebreak: 0,
+        };
+        let mut unreported = Arrivals::default();
+        for ms in [OPEN + 2_000, OPEN + 3_000, OPEN + 3_500, OPEN + 5_000] {
+            unreported.add(
+                &Ticket {
+                    arrived_ms: ms,
+                    tiebreak: 0,
+                },
+                rules.opens_at_ms,
+            );
+        }
+        let alone = s.standing(q, &late, None, OPEN + 500).position;
+        let counted = s.standing(q, &late, Some(&unreported), OPEN + 500).position;
+        assert_eq!(counted, alone + 3, "{alone} {counted}");
         assert_eq!(last.eta_s, Some(last.position.div_ceil(10)));
         let p = s
             .reserve_answer("x", Some(&tickets[99]), OPEN + 500)

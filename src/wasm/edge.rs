@@ -664,7 +664,8 @@ async fn queue(
             .issue(product_id, &buyer, now, q.ticket_ttl_ms);
         let ticket = claims.ticket();
         EDGE.with_borrow_mut(|c| c.issued(product_id, &ticket, q.opens_at_ms));
-        let standing = snapshot.standing(q, &ticket, now);
+        let standing =
+            EDGE.with_borrow(|c| snapshot.standing(q, &ticket, c.unreported(product_id), now));
         let body = json!({
             "ticket": text,
             "buyer_id": buyer,
@@ -693,7 +694,8 @@ async fn queue(
             "this product has no waiting room: reserve directly",
         ));
     };
-    let standing = snapshot.standing(q, &claims.ticket(), now);
+    let standing =
+        EDGE.with_borrow(|c| snapshot.standing(q, &claims.ticket(), c.unreported(product_id), now));
     let body = json!({
         "admitted": standing.admitted,
         "position": standing.position,
