@@ -142,7 +142,12 @@ pub fn router(state: Shared) -> Router {
             Access::Read | Access::Open => reads = reads.route(path, handler),
             Access::Buyer => {
                 let handler = match &cors {
-                    Some(cors) => handler.layer(cors.clone()),
+                    // The preflight must reach the CORS layer: without an
+                    // OPTIONS route, the router's 405 fallback answers it
+                    // and the browser refuses the payment.
+                    Some(cors) => handler
+                        .options(|| async { StatusCode::NO_CONTENT })
+                        .layer(cors.clone()),
                     None => handler,
                 };
                 others = others.route(path, handler);

@@ -793,3 +793,55 @@ async fn postgres_honours_sslmode() {
         "verify-full must refuse an untrusted certificate"
     );
 }
+
+/// The buyer page calls the demo payment endpoint from the gate's origin:
+/// a browser's preflight is answered with the CORS headers for that origin
+/// only, and no other origin is allowed.
+#[tokio::test]
+async fn the_demo_payment_preflight_allows_the_gate_page_only() {
+    let dir = std::env::temp_dir().join(format!("flashgate-cors-{}", std::process::id()));
+    let db = Db::connect(None, &dir).await.expect("sqlite connects");
+    let page = "http://127.0.0.1:8787";
+    let st = AppState::new(
+        db,
+        Settings {
+            forward_keys: keys(FORWARD_KEYS),
+            read_tokens: keys(&format!("r1:{READ_TOKEN}")),
+            shop_tokens: keys(&format!("s1:{SHOP_TOKEN}")),
+            buyer_keys: keys(BUYER_KEYS),
+            buyer_audience: "flashgate".into(),
+            demo: Some(flashgate_origin::demo::DemoSettings {
+                payment_keys: keys(FORWARD_KEYS),
+                gate_url: page.into(),
+                allow_origin: Some(page.into()),
+                client: reqwest::Client::new(),
+            }),
+            batch_timeout: Duration::from_secs(30),
+        },
+    )
+    .unwrap();
+    for (origin, allowed) in [(page, true), ("http://evil.example", false)] {
+        let req = Request::builder()
+            .method("OPTIONS")
+            .uri("/v1/demo/payments")
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "authorization,content-type",
+            )
+            .body(Body::empty())
+            .unwrap();
+        let resp = app::router(st.clone()).oneshot(req).await.unwrap();
+        let allow = resp
+            .headers()
+            .get("access-control-allow-origin")
+            .map(|v| v.to_str().unwrap().to_string());
+        assert!(resp.status().is_success(), "{origin}: {}", resp.status());
+        assert_eq!(
+            allow.as_deref() == Some(origin),
+            allowed,
+            "{origin}: {allow:?}"
+        );
+    }
+}
