@@ -122,20 +122,20 @@ fn keys(text: &str) -> KeySet {
     KeySet::parse(text).unwrap()
 }
 
+fn settings(demo: Option<flashgate_origin::demo::DemoSettings>) -> Settings {
+    Settings {
+        forward_keys: keys(FORWARD_KEYS),
+        read_tokens: keys(&format!("r1:{READ_TOKEN}")),
+        shop_tokens: keys(&format!("s1:{SHOP_TOKEN}")),
+        buyer_keys: keys(BUYER_KEYS),
+        buyer_audience: "flashgate".into(),
+        demo,
+        batch_timeout: Duration::from_secs(30),
+    }
+}
+
 fn state(db: &Db) -> Arc<AppState> {
-    AppState::new(
-        db.clone(),
-        Settings {
-            forward_keys: keys(FORWARD_KEYS),
-            read_tokens: keys(&format!("r1:{READ_TOKEN}")),
-            shop_tokens: keys(&format!("s1:{SHOP_TOKEN}")),
-            buyer_keys: keys(BUYER_KEYS),
-            buyer_audience: "flashgate".into(),
-            demo: None,
-            batch_timeout: Duration::from_secs(30),
-        },
-    )
-    .expect("the read thread starts")
+    AppState::new(db.clone(), settings(None)).expect("the read thread starts")
 }
 
 /// The public id of reservation `n`: any 16 hex digits will do here.
@@ -804,20 +804,12 @@ async fn the_demo_payment_preflight_allows_the_gate_page_only() {
     let page = "http://127.0.0.1:8787";
     let st = AppState::new(
         db,
-        Settings {
-            forward_keys: keys(FORWARD_KEYS),
-            read_tokens: keys(&format!("r1:{READ_TOKEN}")),
-            shop_tokens: keys(&format!("s1:{SHOP_TOKEN}")),
-            buyer_keys: keys(BUYER_KEYS),
-            buyer_audience: "flashgate".into(),
-            demo: Some(flashgate_origin::demo::DemoSettings {
-                payment_keys: keys(FORWARD_KEYS),
-                gate_url: page.into(),
-                allow_origin: Some(page.into()),
-                client: reqwest::Client::new(),
-            }),
-            batch_timeout: Duration::from_secs(30),
-        },
+        settings(Some(flashgate_origin::demo::DemoSettings {
+            payment_keys: keys(FORWARD_KEYS),
+            gate_url: page.into(),
+            allow_origin: Some(page.into()),
+            client: reqwest::Client::new(),
+        })),
     )
     .unwrap();
     for (origin, allowed) in [(page, true), ("http://evil.example", false)] {
