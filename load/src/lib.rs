@@ -1,0 +1,11 @@
+//! flashgate-load: a flash sale against a URL, with figures and a verdict
+//! checked from outside. The plan, the measures and the verdict are pure
+//! (`plan`, `measure`, `verdict`) and tested natively; `run` does the I/O.
+
+pub mod client;
+pub mod measure;
+pub mod peer_api;
+pub mod plan;
+pub mod report;
+pub mod run;
+pub mod verdict;

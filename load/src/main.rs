@@ -1,0 +1,138 @@
+//! The command line of flashgate-load. Exits 1 on any violation of the
+//! verdict, 2 when the run itself could not be made.
+
+use clap::Parser;
+use flashgate_load::plan::{Arrival, Shares};
+use flashgate_load::run::{self, Config, System};
+use flashgate_wire::keys::KeySet;
+
+/// Simulates a flash sale against a flashgate gate (local workerd, wrangler
+/// dev, or deployed) or a peer of bench/peers, prints throughput, latency,
+/// outcomes, fairness and a verdict.
+#[derive(Parser, Debug)]
+#[command(name = "flashgate-load", version)]
+struct Args {
+    /// The gate's (or peer's) base URL.
+    #[arg(long, default_value = "http://127.0.0.1:8787")]
+    url: String,
+    #[arg(long, value_enum, default_value = "flashgate")]
+    system: System,
+    /// The product; a new one per seed by default.
+    #[arg(long)]
+    product: Option<String>,
+    #[arg(long, default_value_t = 1000)]
+    buyers: u64,
+    /// Requests in flight at most.
+    #[arg(long, default_value_t = 256)]
+    connections: usize,
+    /// burst, ramp:MS or steady:PER_S.
+    #[arg(long, default_value = "burst", value_parser = Arrival::parse)]
+    arrival: Arrival,
+    /// What buyers with a hold do, in percent: PAY,CANCEL,ABANDON.
+    #[arg(long, default_value = "80,10,10", value_parser = Shares::parse)]
+    shares: Shares,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Units each buyer asks for (also the per-buyer limit set up).
+    #[arg(long, default_value_t = 1)]
+    quantity: u32,
+    /// Set the product up with this stock before the run (admin token
+    /// needed). Without it the product must exist.
+    #[arg(long)]
+    stock: Option<u64>,
+    #[arg(long, default_value_t = 60_000)]
+    hold_ttl_ms: u64,
+    /// Set up a waiting room admitting this many a second (0: none).
+    #[arg(long, default_value_t = 0)]
+    admit_per_s: u64,
+    #[arg(long, env = "FLASHGATE_ADMIN_TOKEN")]
+    admin_token: String,
+    /// Mint buyer tokens with this key set (`kid:secret`), as the shop's
+    /// login would; without it each buyer asks `POST /api/session`.
+    #[arg(long, env = "FLASHGATE_BUYER_TOKEN_KEYS")]
+    buyer_keys: Option<String>,
+    #[arg(long, default_value = "flashgate")]
+    audience: String,
+    /// Sign payment confirmations with this key set; without it nobody pays.
+    #[arg(long, env = "FLASHGATE_PAYMENT_KEYS")]
+    payment_keys: Option<String>,
+    /// The origin, to check its orders and the drift.
+    #[arg(long)]
+    origin: Option<String>,
+    #[arg(long, env = "FLASHGATE_ORIGIN_READ_TOKEN")]
+    origin_read_token: Option<String>,
+    /// How long a buyer waits in the waiting room before giving up.
+    #[arg(long, default_value_t = 120_000)]
+    patience_ms: u64,
+    /// How long to wait for the outbox (or a peer's queue) to drain.
+    #[arg(long, default_value_t = 60_000)]
+    settle_timeout_ms: u64,
+    /// Print the report as JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn keys(text: Option<String>, what: &str) -> Result<Option<KeySet>, String> {
+    text.map(|t| KeySet::parse(&t).map_err(|e| format!("--{what}: {e:?}")))
+        .transpose()
+}
+
+#[tokio::main]
+async fn main() {
+    let args = Args::parse();
+    let config = (|| -> Result<Config, String> {
+        Ok(Config {
+            base: args.url.trim_end_matches('/').to_owned(),
+            system: args.system,
+            product: args
+                .product
+                .clone()
+                .unwrap_or_else(|| format!("load-{}", args.seed)),
+            buyers: args.buyers,
+            connections: args.connections.max(1),
+            arrival: args.arrival,
+            shares: args.shares,
+            seed: args.seed,
+            quantity: args.quantity,
+            stock: args.stock,
+            hold_ttl_ms: args.hold_ttl_ms,
+            admit_per_s: args.admit_per_s,
+            admin_token: args.admin_token.clone(),
+            buyer_keys: keys(args.buyer_keys.clone(), "buyer-keys")?,
+            audience: args.audience.clone(),
+            payment_keys: keys(args.payment_keys.clone(), "payment-keys")?,
+            origin: args
+                .origin
+                .as_deref()
+                .map(|o| o.trim_end_matches('/').to_owned()),
+            origin_read_token: args.origin_read_token.clone(),
+            patience_ms: args.patience_ms,
+            settle_timeout_ms: args.settle_timeout_ms,
+            progress: !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        })
+    })();
+    let config = match config {
+        Ok(c) => c,
+        Err(why) => {
+            eprintln!("flashgate-load: {why}");
+            std::process::exit(2);
+        }
+    };
+    match run::run(config).await {
+        Ok(report) => {
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).expect("the report serialises")
+                );
+            } else {
+                print!("{}", report.table());
+            }
+            std::process::exit(if report.passed() { 0 } else { 1 });
+        }
+        Err(e) => {
+            eprintln!("flashgate-load: {e:#}");
+            std::process::exit(2);
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! The verdict, checked from outside: what the buyers were told against the
+//! stock and against the orders the database holds.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+/// An order as the database of record holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredOrder {
+    pub reservation_id: String,
+    pub quantity: u64,
+    /// Accepted and not voided.
+    pub counts: bool,
+}
+
+/// What the clients saw, and what the systems said afterwards.
+#[derive(Clone, Debug, Default)]
+pub struct Observed {
+    pub stock_total: u64,
+    /// Every 2xx reservation: id and units (replays repeat an id).
+    pub reserved: Vec<(String, u64)>,
+    /// Reservations whose confirmation got a 2xx.
+    pub confirmed: BTreeSet<String>,
+    /// Reservations whose confirmation never got an answer (so the client
+    /// cannot know whether it happened).
+    pub confirm_unanswered: BTreeSet<String>,
+    /// Reservations acknowledged with a 2xx that the system later said it
+    /// did not know (a lost acknowledged unit).
+    pub forgotten: BTreeSet<String>,
+    /// The database's orders for the product, if it was read.
+    pub orders: Option<Vec<StoredOrder>>,
+    /// The reconciliation drift in units, if it was read.
+    pub drift_units: Option<i64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    /// Units in distinct 2xx reservations beyond the stock.
+    pub oversold_units: u64,
+    /// Units in counted orders beyond the stock.
+    pub oversold_in_db_units: u64,
+    /// Confirmations a client saw that the database does not hold.
+    pub lost_orders: u64,
+    /// Reservation ids the database holds more than once.
+    pub duplicated_orders: u64,
+    /// Counted orders no client saw confirmed (and none left unanswered).
+    pub unexplained_orders: u64,
+    pub drift_units: Option<i64>,
+    /// Acknowledged reservations the system later did not know.
+    pub forgotten_reservations: u64,
+    pub violations: Vec<String>,
+}
+
+impl Verdict {
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+pub fn judge(seen: &Observed) -> Verdict {
+    let mut v = Verdict {
+        drift_units: seen.drift_units,
+        ..Verdict::default()
+    };
+    let distinct: BTreeMap<&str, u64> = seen
+        .reserved
+        .iter()
+        .map(|(id, q)| (id.as_str(), *q))
+        .collect();
+    let reserved_units: u64 = distinct.values().sum();
+    v.oversold_units = reserved_units.saturating_sub(seen.stock_total);
+    if v.oversold_units > 0 {
+        v.violations.push(format!(
+            "oversold: buyers were told they hold {reserved_units} units of a stock of {}",
+            seen.stock_total
+        ));
+    }
+    v.forgotten_reservations = seen.forgotten.len() as u64;
+    if let Some(id) = seen.forgotten.first() {
+        v.violations.push(format!(
+            "{} acknowledged reservations were later unknown, e.g. {id}",
+            seen.forgotten.len()
+        ));
+    }
+    if let Some(orders) = &seen.orders {
+        let mut per_id: BTreeMap<&str, u64> = BTreeMap::new();
+        for o in orders {
+            *per_id.entry(o.reservation_id.as_str()).or_default() += 1;
+        }
+        v.duplicated_orders = per_id.values().filter(|&&n| n > 1).count() as u64;
+        if v.duplicated_orders > 0 {
+            v.violations.push(format!(
+                "{} orders are stored more than once",
+                v.duplicated_orders
+            ));
+        }
+        let counted: BTreeSet<&str> = orders
+            .iter()
+            .filter(|o| o.counts)
+            .map(|o| o.reservation_id.as_str())
+            .collect();
+        let db_units: u64 = orders.iter().filter(|o| o.counts).map(|o| o.quantity).sum();
+        v.oversold_in_db_units = db_units.saturating_sub(seen.stock_total);
+        if v.oversold_in_db_units > 0 {
+            v.violations.push(format!(
+                "oversold: the database counts {db_units} units of a stock of {}",
+                seen.stock_total
+            ));
+        }
+        let lost: Vec<&String> = seen
+            .confirmed
+            .iter()
+            .filter(|id| !counted.contains(id.as_str()))
+            .collect();
+        v.lost_orders = lost.len() as u64;
+        if !lost.is_empty() {
+            v.violations.push(format!(
+                "{} confirmed orders are not in the database, e.g. {}",
+                lost.len(),
+                lost[0]
+            ));
+        }
+        let unexplained: Vec<&&str> = counted
+            .iter()
+            .filter(|id| !seen.confirmed.contains(**id) && !seen.confirm_unanswered.contains(**id))
+            .collect();
+        v.unexplained_orders = unexplained.len() as u64;
+        if !unexplained.is_empty() {
+            v.violations.push(format!(
+                "{} orders in the database were never confirmed to a client, e.g. {}",
+                unexplained.len(),
+                unexplained[0]
+            ));
+        }
+    }
+    if let Some(drift) = seen.drift_units.filter(|d| *d != 0) {
+        v.violations
+            .push(format!("reconciliation drift is {drift} units, not 0"));
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn order(id: &str, quantity: u64) -> StoredOrder {
+        StoredOrder {
+            reservation_id: id.into(),
+            quantity,
+            counts: true,
+        }
+    }
+
+    fn clean() -> Observed {
+        Observed {
+            stock_total: 3,
+            reserved: vec![("a".into(), 1), ("b".into(), 2), ("a".into(), 1)],
+            confirmed: ["a".to_string(), "b".to_string()].into(),
+            orders: Some(vec![order("a", 1), order("b", 2)]),
+            drift_units: Some(0),
+            ..Observed::default()
+        }
+    }
+
+    #[test]
+    fn a_clean_run_passes_and_replays_count_once() {
+        let v = judge(&clean());
+        assert!(v.passed(), "{v:?}");
+    }
+
+    #[test]
+    fn each_violation_is_named() {
+        let mut o = clean();
+        o.reserved.push(("c".into(), 1));
+        assert_eq!(judge(&o).oversold_units, 1);
+
+        let mut o = clean();
+        o.orders = Some(vec![order("a", 1)]);
+        assert_eq!(judge(&o).lost_orders, 1);
+
+        let mut o = clean();
+        o.orders = Some(vec![order("a", 1), order("b", 2), order("b", 2)]);
+        let v = judge(&o);
+        assert_eq!((v.duplicated_orders, v.oversold_in_db_units), (1, 2));
+
+        let mut o = clean();
+        o.orders = Some(vec![order("a", 1), order("b", 2), order("z", 1)]);
+        assert_eq!(judge(&o).unexplained_orders, 1);
+        o.confirm_unanswered.insert("z".into());
+        // An order whose confirmation lost its answer may exist; it still
+        // oversells here, since the stock is 3.
+        let v = judge(&o);
+        assert_eq!((v.unexplained_orders, v.oversold_in_db_units), (0, 1));
+
+        let mut o = clean();
+        o.forgotten.insert("a".into());
+        assert_eq!(judge(&o).forgotten_reservations, 1);
+
+        let mut o = clean();
+        o.drift_units = Some(-1);
+        assert!(!judge(&o).passed());
+        assert_eq!(judge(&o).violations.len(), 1);
+    }
+
+    #[test]
+    fn voided_orders_do_not_count() {
+        let mut o = clean();
+        o.confirmed.clear();
+        o.orders = Some(vec![StoredOrder {
+            counts: false,
+            ..order("a", 1)
+        }]);
+        assert!(judge(&o).passed());
+    }
+}
