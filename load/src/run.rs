@@ -26,7 +26,7 @@ use crate::measure::{kendall_tau, Latency};
 use crate::peer_api::{PeerOrders, PeerSetup, PeerStats};
 use crate::plan::{self, Arrival, Buyer, Fate, Shares};
 use crate::report::{Endpoint, Report};
-use crate::verdict::{self, Observed, StoredOrder};
+use crate::verdict::{self, Held, Observed, StoredOrder};
 
 /// Attempts of one idempotent request on network errors, 503s and 429s.
 pub const ATTEMPTS_MAX: u32 = 6;
@@ -96,7 +96,7 @@ struct BuyerEnd {
     /// `reserved`, or the reserve's refusal.
     outcome: String,
     fate: Option<String>,
-    reservation: Option<(String, u64)>,
+    reservation: Option<Held>,
     /// Arrival and service order, for fairness.
     ranks: Option<(u64, u64)>,
     confirmed: Option<String>,
@@ -118,6 +118,8 @@ struct Ctx {
     last_confirm_at: AtomicU64,
     bar: ProgressBar,
     admission: bool,
+    /// The product's hold time to live, as it said before the run.
+    hold_ttl_ms: u64,
 }
 
 fn now_ms() -> u64 {
@@ -281,6 +283,8 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
     let body = json!({ "quantity": ctx.cfg.quantity }).to_string();
     let key = format!("\"{}\"", b.key);
     let mut ticket: Option<String> = None;
+    // Before the first attempt leaves: the decision came after it.
+    let mut first_sent_ms: Option<u64> = None;
     let reserved = loop {
         if ctx.admission && ticket.is_none() {
             match admitted(&ctx, &mut end, &token, give_up_at).await {
@@ -291,6 +295,7 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
                 }
             }
         }
+        first_sent_ms.get_or_insert(ctx.elapsed_ms());
         let answer = ctx
             .again(&mut end, Endpoint::Reserve, || {
                 let mut r = ctx
@@ -342,10 +347,20 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
         .get("quantity")
         .and_then(|v| v.as_u64())
         .unwrap_or(0);
-    end.reservation = Some((rid.clone(), quantity));
+    let answered_ms = ctx.elapsed_ms();
+    let expires_ms = first_sent_ms.unwrap_or(answered_ms) + ctx.hold_ttl_ms;
+    end.reservation = Some(Held {
+        id: rid.clone(),
+        quantity,
+        from_ms: answered_ms,
+        until_ms: Some(expires_ms),
+    });
     end.ranks = Some((arrival, ctx.services.fetch_add(1, Ordering::Relaxed)));
     if ctx.cfg.system == System::Peer {
-        // A peer makes the order at the reserve.
+        // A peer makes the order at the reserve, for good.
+        if let Some(h) = end.reservation.as_mut() {
+            h.until_ms = None;
+        }
         end.confirmed = Some(rid);
         return end;
     }
@@ -358,12 +373,18 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
         Fate::Abandon => None,
         Fate::Cancel => {
             let url = ctx.url(&format!("{rpath}/cancel"));
-            Some(
-                ctx.again(&mut end, Endpoint::Cancel, || {
+            let sent_ms = ctx.elapsed_ms();
+            let a = ctx
+                .again(&mut end, Endpoint::Cancel, || {
                     ctx.http.post(&url).bearer_auth(&token)
                 })
-                .await,
-            )
+                .await;
+            if a.ok() {
+                if let Some(h) = end.reservation.as_mut() {
+                    h.until_ms = h.until_ms.map(|u| u.min(sent_ms));
+                }
+            }
+            Some(a)
         }
         Fate::Pay => {
             let keys = ctx.cfg.payment_keys.as_ref().expect("checked above");
@@ -397,7 +418,14 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
             ctx.last_confirm_at
                 .fetch_max(ctx.elapsed_ms(), Ordering::Relaxed);
             match a.status {
-                Some(200..=299) => end.confirmed = Some(rid.clone()),
+                Some(200..=299) => {
+                    end.confirmed = Some(rid.clone());
+                    if let Some(h) = end.reservation.as_mut() {
+                        h.until_ms = None;
+                    }
+                }
+                // Unanswered, it may or may not have been confirmed: the
+                // hold is certain only until it would have expired.
                 None | Some(500..) => end.confirm_unanswered = Some(rid.clone()),
                 _ => {}
             }
@@ -552,6 +580,7 @@ pub async fn run(cfg: Config) -> Result<Report> {
         last_confirm_at: AtomicU64::new(0),
         bar,
         admission: false,
+        hold_ttl_ms: 0,
     };
     if let Some(stock) = ctx.cfg.stock {
         setup(&ctx, stock).await?;
@@ -559,6 +588,10 @@ pub async fn run(cfg: Config) -> Result<Report> {
     if ctx.cfg.system == System::Flashgate {
         let product: serde_json::Value =
             read_json(ctx.http.get(ctx.url(&ctx.product_path())), "product").await?;
+        ctx.hold_ttl_ms = product
+            .get("hold_ttl_ms")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0);
         ctx.admission = product
             .get("admit_per_s")
             .and_then(|v| v.as_u64())

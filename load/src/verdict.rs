@@ -14,12 +14,52 @@ pub struct StoredOrder {
     pub counts: bool,
 }
 
+/// A reservation a client was told of, and the span of client time in
+/// which it certainly held its units: from the 2xx answer (the decision
+/// came before it) until the cancel was sent, or until the first attempt
+/// was sent plus the hold's time to live (the decision came after it), or
+/// for good once confirmed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    pub id: String,
+    pub quantity: u64,
+    pub from_ms: u64,
+    /// `None`: held for good (confirmed, or a peer's order).
+    pub until_ms: Option<u64>,
+}
+
+/// The most units held at once by the spans in `held` (distinct ids).
+pub fn peak_units(held: &[Held]) -> u64 {
+    let mut seen = std::collections::BTreeSet::new();
+    // (time, +units or -units); ends sort before starts at the same instant,
+    // because a span is half-open.
+    let mut edges: Vec<(u64, i64)> = Vec::new();
+    for h in held {
+        if !seen.insert(h.id.as_str()) {
+            continue;
+        }
+        match h.until_ms {
+            Some(until) if until <= h.from_ms => continue,
+            Some(until) => edges.push((until, -(h.quantity as i64))),
+            None => {}
+        }
+        edges.push((h.from_ms, h.quantity as i64));
+    }
+    edges.sort_unstable();
+    let (mut now, mut peak) = (0i64, 0i64);
+    for (_, delta) in edges {
+        now += delta;
+        peak = peak.max(now);
+    }
+    peak as u64
+}
+
 /// What the clients saw, and what the systems said afterwards.
 #[derive(Clone, Debug, Default)]
 pub struct Observed {
     pub stock_total: u64,
-    /// Every 2xx reservation: id and units (replays repeat an id).
-    pub reserved: Vec<(String, u64)>,
+    /// Every 2xx reservation (replays repeat an id).
+    pub reserved: Vec<Held>,
     /// Reservations whose confirmation got a 2xx.
     pub confirmed: BTreeSet<String>,
     /// Reservations whose confirmation never got an answer (so the client
@@ -36,7 +76,7 @@ pub struct Observed {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Verdict {
-    /// Units in distinct 2xx reservations beyond the stock.
+    /// Units certainly held at one instant beyond the stock.
     pub oversold_units: u64,
     /// Units in counted orders beyond the stock.
     pub oversold_in_db_units: u64,
@@ -63,16 +103,11 @@ pub fn judge(seen: &Observed) -> Verdict {
         drift_units: seen.drift_units,
         ..Verdict::default()
     };
-    let distinct: BTreeMap<&str, u64> = seen
-        .reserved
-        .iter()
-        .map(|(id, q)| (id.as_str(), *q))
-        .collect();
-    let reserved_units: u64 = distinct.values().sum();
-    v.oversold_units = reserved_units.saturating_sub(seen.stock_total);
+    let peak = peak_units(&seen.reserved);
+    v.oversold_units = peak.saturating_sub(seen.stock_total);
     if v.oversold_units > 0 {
         v.violations.push(format!(
-            "oversold: buyers were told they hold {reserved_units} units of a stock of {}",
+            "oversold: buyers were told they hold {peak} units at once, of a stock of {}",
             seen.stock_total
         ));
     }
@@ -153,10 +188,48 @@ mod tests {
         }
     }
 
+    fn held(id: &str, quantity: u64, from_ms: u64, until_ms: Option<u64>) -> Held {
+        Held {
+            id: id.into(),
+            quantity,
+            from_ms,
+            until_ms,
+        }
+    }
+
+    #[test]
+    fn units_count_only_while_certainly_held() {
+        // b starts when a's span ends: never more than 2 at once.
+        let spans = [
+            held("a", 2, 0, Some(10)),
+            held("b", 2, 10, None),
+            held("c", 0, 0, None),
+        ];
+        assert_eq!(peak_units(&spans), 2);
+        // Overlapping: 4.
+        assert_eq!(
+            peak_units(&[held("a", 2, 0, Some(11)), held("b", 2, 10, None)]),
+            4
+        );
+        // A replay of an id counts once; an empty span not at all.
+        assert_eq!(
+            peak_units(&[
+                held("a", 2, 0, None),
+                held("a", 2, 5, None),
+                held("z", 9, 7, Some(7))
+            ]),
+            2
+        );
+    }
+
     fn clean() -> Observed {
         Observed {
             stock_total: 3,
-            reserved: vec![("a".into(), 1), ("b".into(), 2), ("a".into(), 1)],
+            reserved: vec![
+                held("a", 1, 0, None),
+                held("b", 2, 1, None),
+                held("a", 1, 2, None),
+            ],
             confirmed: ["a".to_string(), "b".to_string()].into(),
             orders: Some(vec![order("a", 1), order("b", 2)]),
             drift_units: Some(0),
@@ -173,8 +246,13 @@ mod tests {
     #[test]
     fn each_violation_is_named() {
         let mut o = clean();
-        o.reserved.push(("c".into(), 1));
+        o.reserved.push(held("c", 1, 5, None));
         assert_eq!(judge(&o).oversold_units, 1);
+        // The same unit again after a cancel is not an oversell.
+        let mut o = clean();
+        o.reserved[1].until_ms = Some(4);
+        o.reserved.push(held("c", 2, 5, None));
+        assert_eq!(judge(&o).oversold_units, 0);
 
         let mut o = clean();
         o.orders = Some(vec![order("a", 1)]);
