@@ -11,6 +11,7 @@
 // speed; exits non-zero only when a run could not be made.
 import { execFileSync, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { createConnection } from "node:net";
 import { cpus, totalmem, tmpdir } from "node:os";
 import { join } from "node:path";
 import * as keys from "../tests/support/keys.mjs";
@@ -34,7 +35,38 @@ export const WORKLOADS = SMOKE
       { name: "reserve-heavy: 10^6 units, 20,000 buyers", stock: 1_000_000, buyers: 20_000, connections: 256 },
     ];
 
-export const RECIPES = ["lua-mq", "redis-lock", "optimistic-pg", "optimistic-mariadb", "lock-table", "for-update", "naive"];
+export const RECIPES = ["lua-mq", "redis-lock", "optimistic-pg", "optimistic-mariadb", "lock-table", "for-update", "zookeeper", "naive"];
+
+/** A ZooKeeper server on loopback, from Debian's `zookeeper` package, with
+ * its data in a fresh directory. */
+export async function startZooKeeper() {
+  const dir = mkdtempSync(join(tmpdir(), "flashgate-zk-"));
+  const port = await freePort();
+  writeFileSync(
+    join(dir, "zoo.cfg"),
+    `tickTime=2000\ndataDir=${dir}/data\nclientPort=${port}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\nmaxClientCnxns=0\n`,
+  );
+  writeFileSync(join(dir, "log4j.properties"), "log4j.rootLogger=WARN\n");
+  const proc = spawn("/usr/share/zookeeper/bin/zkServer.sh", ["start-foreground", join(dir, "zoo.cfg")], {
+    env: { ...process.env, ZOOCFGDIR: dir, ZOO_LOG_DIR: dir },
+    stdio: "ignore",
+  });
+  for (let i = 0; ; i++) {
+    if (proc.exitCode !== null) throw new Error(`ZooKeeper exited ${proc.exitCode}`);
+    const up = await new Promise((ok) => {
+      const s = createConnection({ host: "127.0.0.1", port }, () => {
+        s.end();
+        ok(true);
+      });
+      s.on("error", () => ok(false));
+    });
+    if (up) break;
+    if (i > 600) throw new Error("ZooKeeper did not start");
+    await sleep(50);
+  }
+  const exited = new Promise((ok) => proc.once("exit", ok));
+  return { hosts: `127.0.0.1:${port}`, proc, async stop() { proc.kill("SIGTERM"); await exited; } };
+}
 
 const targetDir = JSON.parse(execFileSync("cargo", ["metadata", "--format-version", "1", "--no-deps"], { cwd: ROOT })).target_directory;
 const bin = (name) => join(targetDir, PROFILE, name);
@@ -171,6 +203,7 @@ const SERVERS = {
   "optimistic-mariadb": ["mariadbd"],
   "lock-table": ["mariadbd"],
   "for-update": ["postgres"],
+  zookeeper: ["java", "postgres"],
   naive: ["postgres"],
 };
 
@@ -229,8 +262,16 @@ async function systems() {
       ...(await measure(
         recipe,
         async () => {
-          const p = await startPeer(recipe);
-          return { ...p, pids: () => [p.proc.pid] };
+          const zk = recipe === "zookeeper" ? await startZooKeeper() : null;
+          const p = await startPeer(recipe, zk ? ["--zk-hosts", zk.hosts] : []);
+          return {
+            ...p,
+            pids: () => [p.proc.pid],
+            async stop() {
+              await p.stop();
+              await zk?.stop();
+            },
+          };
         },
         peerArgs,
       )),

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 process.env.FLASHGATE_COMPARE_SMOKE = "1";
 const { main } = await import("../../bench/compare.mjs");
 
-const VERDICT_PEERS = ["lua-mq", "redis-lock", "optimistic-pg", "optimistic-mariadb", "lock-table", "for-update"];
+const VERDICT_PEERS = ["lua-mq", "redis-lock", "optimistic-pg", "optimistic-mariadb", "lock-table", "for-update", "zookeeper"];
 
 test("the same sale against flashgate, the ceiling and every recipe; the article's faults beside flashgate's", { timeout: 900_000 }, async () => {
   const { rows, faults } = await main();

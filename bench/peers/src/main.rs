@@ -9,6 +9,7 @@ mod cache;
 mod maria;
 mod pg;
 mod recipe;
+mod zk;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -105,6 +106,9 @@ struct Serve {
         default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
     )]
     amqp_url: String,
+    /// zookeeper: the ensemble (the bench starts one on loopback).
+    #[arg(long, env = "PEERS_ZK_HOSTS", default_value = "127.0.0.1:2181")]
+    zk_hosts: String,
     /// lua-mq: run no consumer in this process (`consume` runs it).
     #[arg(long)]
     no_consumer: bool,
@@ -131,6 +135,7 @@ struct Serve {
 enum Backend {
     LuaMq { mq: cache::LuaMq, pool: PgPool },
     RedisLock(cache::Locked),
+    Zk(zk::ZkLocked),
     Pg(PgPool),
     Maria(MySqlPool),
 }
@@ -237,6 +242,7 @@ async fn setup(
                 cache::setup(&mut l.redis.clone(), &product, 0).await?;
                 pg::setup(&l.pool, &product, s.stock_total).await?;
             }
+            Backend::Zk(z) => pg::setup(&z.pool, &product, s.stock_total).await?,
             Backend::Pg(pool) => pg::setup(pool, &product, s.stock_total).await?,
             Backend::Maria(pool) => maria::setup(pool, &product, s.stock_total).await?,
         }
@@ -305,6 +311,7 @@ async fn reserve(
     let outcome = match &app.backend {
         Backend::LuaMq { mq, .. } => mq.reserve(&o, w).await,
         Backend::RedisLock(l) => l.reserve(&o, w).await,
+        Backend::Zk(z) => z.reserve(&o, w).await,
         Backend::Pg(pool) => match app.recipe {
             Recipe::ForUpdate => pg::for_update(pool, &o, w).await,
             Recipe::Naive => pg::read_decrement_write(pool, &o, w, 0).await,
@@ -364,6 +371,7 @@ async fn stats(
                 (total, total - left, units)
             }
             Backend::RedisLock(l) => pg::totals(&l.pool, &product).await?,
+            Backend::Zk(z) => pg::totals(&z.pool, &product).await?,
             Backend::Pg(pool) => pg::totals(pool, &product).await?,
             Backend::Maria(pool) => maria::totals(pool, &product).await?,
         };
@@ -397,6 +405,7 @@ async fn orders(
     let rows = match &app.backend {
         Backend::LuaMq { pool, .. } | Backend::Pg(pool) => pg::orders(pool, &product).await,
         Backend::RedisLock(l) => pg::orders(&l.pool, &product).await,
+        Backend::Zk(z) => pg::orders(&z.pool, &product).await,
         Backend::Maria(pool) => maria::orders(pool, &product).await,
     };
     match rows {
@@ -447,6 +456,11 @@ async fn serve(cfg: Serve) -> Result<()> {
                 stall_ms: cfg.stall_ms,
             },
         )),
+        Recipe::Zookeeper => Backend::Zk(zk::ZkLocked {
+            client: zk::connect(&cfg.zk_hosts).await?,
+            pool: pg_pool(&cfg.pg_url).await?,
+            wait_ms: cfg.lock_wait_ms,
+        }),
         Recipe::OptimisticPg | Recipe::ForUpdate | Recipe::Naive => {
             Backend::Pg(pg_pool(&cfg.pg_url).await?)
         }

@@ -23,6 +23,9 @@ pub enum Recipe {
     LockTable,
     /// (d) PostgreSQL `SELECT ... FOR UPDATE`.
     ForUpdate,
+    /// (e) A ZooKeeper lock (Curator's InterProcessMutex recipe), then
+    /// read-decrement-write in PostgreSQL.
+    Zookeeper,
     /// (f) Read, then write, with no lock.
     Naive,
 }
@@ -36,6 +39,7 @@ impl Recipe {
             Recipe::OptimisticMariadb => "optimistic-mariadb",
             Recipe::LockTable => "lock-table",
             Recipe::ForUpdate => "for-update",
+            Recipe::Zookeeper => "zookeeper",
             Recipe::Naive => "naive",
         }
     }
