@@ -384,8 +384,8 @@ function table(rows) {
     const here = rows.filter((r) => r.workload === w.name);
     const fg = median(here.find((r) => r.system === "flashgate").runs.map((r) => r.report.throughput_rps));
     lines.push(`\n### ${w.name}, ${w.connections} connections\n`);
-    lines.push("| system | req/s | x flashgate | reserve p50 ms | p99 ms | oversold units | lost / duplicated orders | DB writes per reserve | peak PSS MiB (own / DB servers) |");
-    lines.push("|---|---|---|---|---|---|---|---|---|");
+    lines.push("| system | req/s | x flashgate | reserve p50 ms | p99 ms | sold-out answer p50 / p99 ms | oversold units | lost / duplicated orders | DB writes per reserve | peak PSS MiB (own / DB servers) |");
+    lines.push("|---|---|---|---|---|---|---|---|---|---|");
     for (const r of here) {
       const rps = r.runs.map((x) => x.report.throughput_rps);
       const p50 = r.runs.map((x) => x.report.endpoints.reserve?.latency.p50_ms ?? NaN);
@@ -394,8 +394,11 @@ function table(rows) {
       const over = v[0] ? Math.max(...v.map((x) => Math.max(x.oversold_units, x.oversold_in_db_units))) : null;
       const lost = v[0] ? `${Math.max(...v.map((x) => x.lost_orders))} / ${Math.max(...v.map((x) => x.duplicated_orders))}` : "-";
       const writes = r.runs.map((x) => x.report.db_writes_per_reserve).filter((x) => x != null);
+      const so50 = r.runs.map((x) => x.report.sold_out_latency?.p50_ms).filter((x) => x != null);
+      const so99 = r.runs.map((x) => x.report.sold_out_latency?.p99_ms).filter((x) => x != null);
+      const soldOut = so50.length ? `${fmt(median(so50), 1)} / ${fmt(median(so99), 1)}` : "-";
       lines.push(
-        `| ${r.system} | ${fmt(median(rps))}${spread(rps)} | ${(median(rps) / fg).toFixed(2)} | ${fmt(median(p50), 1)}${spread(p50, 1)} | ${fmt(median(p99), 1)}${spread(p99, 1)} | ${over ?? "-"} | ${lost} | ${writes.length ? fmt(median(writes), 4) : "-"} | ${mib(median(r.runs.map((x) => x.rss)))} / ${mib(median(r.runs.map((x) => x.serverRss)))} |`,
+        `| ${r.system} | ${fmt(median(rps))}${spread(rps)} | ${(median(rps) / fg).toFixed(2)} | ${fmt(median(p50), 1)}${spread(p50, 1)} | ${fmt(median(p99), 1)}${spread(p99, 1)} | ${soldOut} | ${over ?? "-"} | ${lost} | ${writes.length ? fmt(median(writes), 4) : "-"} | ${mib(median(r.runs.map((x) => x.rss)))} / ${mib(median(r.runs.map((x) => x.serverRss)))} |`,
       );
     }
   }

@@ -46,6 +46,9 @@ pub struct Report {
     pub outcomes: BTreeMap<String, u64>,
     /// What the buyers with a hold did with it.
     pub fates: BTreeMap<String, u64>,
+    /// The reserves answered `sold_out`: the part of the burst after the
+    /// stock is gone.
+    pub sold_out_latency: Option<Latency>,
     /// Commands the object handled per request sent (flashgate only).
     pub reached_object: Option<f64>,
     /// From the start to the first sold-out answer.
@@ -128,6 +131,13 @@ impl Report {
             );
         }
         let _ = writeln!(out, "outcomes: {}", counts(&self.outcomes));
+        if let Some(l) = &self.sold_out_latency {
+            let _ = writeln!(
+                out,
+                "sold-out answers: {} · p50 {:.1} ms · p99 {:.1} ms · p999 {:.1} ms",
+                l.count, l.p50_ms, l.p99_ms, l.p999_ms
+            );
+        }
         if !self.fates.is_empty() {
             let _ = writeln!(out, "holds: {}", counts(&self.fates));
         }

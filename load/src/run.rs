@@ -647,11 +647,15 @@ pub async fn run(cfg: Config) -> Result<Report> {
     let mut ranks = Vec::new();
     let mut requests = 0u64;
     let mut reserve_requests = 0u64;
+    let mut sold_out_ms = Vec::new();
     for end in ends {
         for s in end.samples {
             requests += 1;
             if s.endpoint == Endpoint::Reserve {
                 reserve_requests += 1;
+                if s.label == ProblemCode::SoldOut.as_str() {
+                    sold_out_ms.push(s.ms);
+                }
             }
             let e = per_endpoint.entry(s.endpoint).or_default();
             e.0.push(s.ms);
@@ -755,6 +759,7 @@ pub async fn run(cfg: Config) -> Result<Report> {
             .collect(),
         outcomes,
         fates,
+        sold_out_latency: (!sold_out_ms.is_empty()).then(|| Latency::of(sold_out_ms)),
         reached_object,
         sell_out_ms: match ctx.sold_out_at.load(Ordering::Relaxed) {
             0 => None,
