@@ -298,6 +298,9 @@ impl Locked {
     }
 
     pub async fn reserve(&self, o: &Order<'_>, writes: &Arc<Writes>) -> Result<Outcome> {
+        if let Some(done) = pg::before_lock(&self.pool, o).await? {
+            return Ok(done);
+        }
         let mut con = self.redis.clone();
         let key = lock_key(o.product);
         // The token names this holder; only it may renew or release.

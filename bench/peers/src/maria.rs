@@ -239,6 +239,16 @@ pub async fn lock_table(
     if let Some(done) = existing(find(pool, o.product, o.buyer).await?, o.order_id) {
         return Ok(done);
     }
+    // Checked before contending, without the lock, and again under it (as
+    // `pg::before_lock` says why).
+    let (total, sold): (i64, i64) =
+        sqlx::query_as("SELECT stock_total, sold FROM peer_stock WHERE product_id = ?")
+            .bind(o.product)
+            .fetch_one(pool)
+            .await?;
+    if total - sold < o.quantity as i64 {
+        return Ok(Outcome::SoldOut);
+    }
     let key = lock_key(o.product);
     acquire(pool, &key, o.order_id, cfg, writes).await?;
     if die {

@@ -169,6 +169,22 @@ pub async fn for_update(pool: &PgPool, o: &Order<'_>, writes: &Writes) -> Result
     })
 }
 
+/// The lock recipes' check before they contend: the buyer's earlier order,
+/// or sold out, read without any lock. Their authors check this first so
+/// that the sold-out part of a burst does not queue for the lock; the
+/// critical section checks both again.
+pub async fn before_lock(pool: &PgPool, o: &Order<'_>) -> Result<Option<Outcome>> {
+    if let Some(done) = existing(find(pool, o.product, o.buyer).await?, o.order_id) {
+        return Ok(Some(done));
+    }
+    let (total, sold): (i64, i64) =
+        sqlx::query_as("SELECT stock_total, sold FROM peer_stock WHERE product_id = $1")
+            .bind(o.product)
+            .fetch_one(pool)
+            .await?;
+    Ok((total - sold < o.quantity as i64).then_some(Outcome::SoldOut))
+}
+
 /// Read, then write what was read minus the units: correct only while
 /// something outside serialises the callers (the Redis lock), and the
 /// naive recipe (f) when nothing does. `stall_ms` pauses between the read

@@ -30,6 +30,9 @@ pub async fn connect(hosts: &str) -> Result<Client> {
 
 impl ZkLocked {
     pub async fn reserve(&self, o: &Order<'_>, writes: &Writes) -> Result<Outcome> {
+        if let Some(done) = pg::before_lock(&self.pool, o).await? {
+            return Ok(done);
+        }
         let dir = format!("/flashgate-peers/locks/{}", o.product);
         let prefix = LockPrefix::new_curator(&dir, "lock-")?;
         let options = LockOptions::new(Acls::anyone_all())
