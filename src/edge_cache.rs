@@ -143,13 +143,28 @@ impl Snapshot {
         let key = ticket.key(rules.opens_at_ms);
         let admitted = q.admission.watermark(now_ms, rules).admits(key);
         let ahead_unreported = match (key, unreported) {
-            (QueueKey::Regular { arrived_ms, .. }, Some(a)) => {
+            (
+                QueueKey::Regular {
+                    arrived_ms,
+                    tiebreak,
+                },
+                Some(a),
+            ) => {
                 let second = arrived_ms / 1000;
+                // Those of its own second are placed as the object will
+                // place them once reported: spread evenly over the second,
+                // so the share before this ticket's point is ahead of it.
+                let point = (u128::from(arrived_ms % 1000) << 32) | u128::from(tiebreak);
                 a.prequeue
                     + a.per_second
                         .iter()
-                        .filter(|(s, _)| *s < second)
-                        .map(|(_, n)| n)
+                        .map(|&(s, n)| match s.cmp(&second) {
+                            std::cmp::Ordering::Less => n,
+                            std::cmp::Ordering::Equal => {
+                                (u128::from(n) * point / (1000u128 << 32)) as u64
+                            }
+                            std::cmp::Ordering::Greater => 0,
+                        })
                         .sum::<u64>()
             }
             _ => 0,
@@ -223,6 +238,20 @@ pub struct Entry {
 pub struct EdgeCache {
     entries: HashMap<String, Entry>,
     pending: HashMap<String, Arrivals>,
+    /// Reports sent with a refresh whose snapshot has not come back: the
+    /// snapshot in hand does not count them yet, so standings still must.
+    in_flight: HashMap<String, Arrivals>,
+}
+
+/// Adds `more` to `into`.
+fn merge(into: &mut Arrivals, more: &Arrivals) {
+    into.prequeue += more.prequeue;
+    for &(second, n) in &more.per_second {
+        match into.per_second.iter_mut().find(|(s, _)| *s == second) {
+            Some((_, m)) => *m += n,
+            None => into.per_second.push((second, n)),
+        }
+    }
 }
 
 impl EdgeCache {
@@ -251,6 +280,9 @@ impl EdgeCache {
     }
 
     pub fn insert(&mut self, product_id: &str, entry: Entry) {
+        // The snapshot came back from the refresh that carried the report,
+        // so it counts those tickets now.
+        self.in_flight.remove(product_id);
         if self.entries.len() >= EDGE_PRODUCTS_MAX && !self.entries.contains_key(product_id) {
             self.entries.clear();
         }
@@ -270,30 +302,43 @@ impl EdgeCache {
             .add(ticket, opens_at_ms);
     }
 
-    /// The tickets issued here for `product_id` that no refresh has
-    /// reported yet.
-    pub fn unreported(&self, product_id: &str) -> Option<&Arrivals> {
-        self.pending.get(product_id)
+    /// The tickets issued here for `product_id` that the snapshot in hand
+    /// does not count: those no refresh has reported yet, and those of a
+    /// report whose snapshot is still on its way. Without the second, a
+    /// join answered while a refresh is in flight said 1 and the next poll
+    /// 3.
+    pub fn unreported(&self, product_id: &str) -> Option<Arrivals> {
+        let mut all = self.pending.get(product_id).cloned().unwrap_or_default();
+        if let Some(sent) = self.in_flight.get(product_id) {
+            merge(&mut all, sent);
+        }
+        (!all.is_empty()).then_some(all)
     }
 
-    /// The report to send with the next refresh.
+    /// The report to send with the next refresh; it counts as in flight
+    /// until its snapshot is inserted or the report is returned.
     pub fn take_report(&mut self, product_id: &str) -> Arrivals {
-        self.pending.remove(product_id).unwrap_or_default()
+        let report = self.pending.remove(product_id).unwrap_or_default();
+        if self.in_flight.len() >= EDGE_PRODUCTS_MAX && !self.in_flight.contains_key(product_id) {
+            self.in_flight.clear();
+        }
+        merge(
+            self.in_flight.entry(product_id.to_string()).or_default(),
+            &report,
+        );
+        report
     }
 
     /// A report that did not reach the object goes with the next refresh.
     pub fn return_report(&mut self, product_id: &str, report: Arrivals) {
+        self.in_flight.remove(product_id);
         if report.is_empty() {
             return;
         }
-        let pending = self.pending.entry(product_id.to_string()).or_default();
-        pending.prequeue += report.prequeue;
-        for (second, n) in report.per_second {
-            match pending.per_second.iter_mut().find(|(s, _)| *s == second) {
-                Some((_, m)) => *m += n,
-                None => pending.per_second.push((second, n)),
-            }
-        }
+        merge(
+            self.pending.entry(product_id.to_string()).or_default(),
+            &report,
+        );
     }
 
     pub fn len(&self) -> usize {
@@ -384,7 +429,9 @@ mod tests {
         assert!(!last.admitted);
         assert!(last.position > 90, "{last:?}");
         // Tickets issued here and not yet reported count ahead of a later
-        // arrival: those of earlier seconds, not those of its own.
+        // arrival: those of earlier seconds, and of its own second the
+        // share before its point (here, none: it arrived at the second's
+        // start).
         let late = Ticket {
             arrived_ms: OPEN + 5_000,
             tiebreak: 0,
@@ -402,6 +449,25 @@ mod tests {
         let alone = s.standing(q, &late, None, OPEN + 500).position;
         let counted = s.standing(q, &late, Some(&unreported), OPEN + 500).position;
         assert_eq!(counted, alone + 3, "{alone} {counted}");
+        // Ten unreported in the second of a ticket that arrived halfway
+        // through it: five are ahead, as the object will place them.
+        let mid = Ticket {
+            arrived_ms: OPEN + 6_500,
+            tiebreak: 0,
+        };
+        let mut same = Arrivals::default();
+        for i in 0..10 {
+            same.add(
+                &Ticket {
+                    arrived_ms: OPEN + 6_000 + i * 100,
+                    tiebreak: 0,
+                },
+                rules.opens_at_ms,
+            );
+        }
+        let alone = s.standing(q, &mid, None, OPEN + 500).position;
+        let counted = s.standing(q, &mid, Some(&same), OPEN + 500).position;
+        assert_eq!(counted, alone + 5, "{alone} {counted}");
         assert_eq!(last.eta_s, Some(last.position.div_ceil(10)));
         let p = s
             .reserve_answer("x", Some(&tickets[99]), OPEN + 500)
@@ -410,6 +476,40 @@ mod tests {
         assert!(s
             .reserve_answer("x", Some(&tickets[0]), OPEN + 500)
             .is_none());
+    }
+
+    #[test]
+    fn a_report_in_flight_still_counts_until_its_snapshot_arrives() {
+        let mut c = EdgeCache::default();
+        let t = |ms| Ticket {
+            arrived_ms: ms,
+            tiebreak: 0,
+        };
+        c.issued("p", &t(OPEN + 1_000), Some(OPEN));
+        c.issued("p", &t(OPEN + 2_000), Some(OPEN));
+        let report = c.take_report("p");
+        assert_eq!(report.per_second.iter().map(|(_, n)| n).sum::<u64>(), 2);
+        // While the refresh is on its way, a new ticket adds to the sent ones.
+        c.issued("p", &t(OPEN + 3_000), Some(OPEN));
+        let all = c.unreported("p").unwrap();
+        assert_eq!(all.per_second.iter().map(|(_, n)| n).sum::<u64>(), 3);
+        // A failed refresh gives the report back: still 3, none twice.
+        c.return_report("p", report);
+        let all = c.unreported("p").unwrap();
+        assert_eq!(all.per_second.iter().map(|(_, n)| n).sum::<u64>(), 3);
+        // A refresh that arrives counts the report; only later tickets stay.
+        let report = c.take_report("p");
+        c.issued("p", &t(OPEN + 4_000), Some(OPEN));
+        c.insert(
+            "p",
+            Entry {
+                fetched_at_ms: OPEN,
+                known: Known::Unknown,
+            },
+        );
+        let left = c.unreported("p").unwrap();
+        assert_eq!(left.per_second, vec![((OPEN + 4_000) / 1000, 1)]);
+        assert_eq!(report.per_second.iter().map(|(_, n)| n).sum::<u64>(), 3);
     }
 
     #[test]

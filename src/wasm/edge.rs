@@ -664,8 +664,8 @@ async fn queue(
             .issue(product_id, &buyer, now, q.ticket_ttl_ms);
         let ticket = claims.ticket();
         EDGE.with_borrow_mut(|c| c.issued(product_id, &ticket, q.opens_at_ms));
-        let standing =
-            EDGE.with_borrow(|c| snapshot.standing(q, &ticket, c.unreported(product_id), now));
+        let standing = EDGE
+            .with_borrow(|c| snapshot.standing(q, &ticket, c.unreported(product_id).as_ref(), now));
         let body = json!({
             "ticket": text,
             "buyer_id": buyer,
@@ -694,8 +694,9 @@ async fn queue(
             "this product has no waiting room: reserve directly",
         ));
     };
-    let standing =
-        EDGE.with_borrow(|c| snapshot.standing(q, &claims.ticket(), c.unreported(product_id), now));
+    let standing = EDGE.with_borrow(|c| {
+        snapshot.standing(q, &claims.ticket(), c.unreported(product_id).as_ref(), now)
+    });
     let body = json!({
         "admitted": standing.admitted,
         "position": standing.position,

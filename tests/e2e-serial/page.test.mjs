@@ -162,8 +162,10 @@ test("3. sold out, then stock back live when a hold expires elsewhere", async ()
 test("4. waiting room: the position falls and the page is admitted by itself", async () => {
   const product = "page-room";
   assert.equal((await api.put(product, { stock_total: 10, admit_per_s: 1, per_buyer_max: 1, quantity_max: 1, hold_ttl_ms: 60_000 })).status, 201);
-  // Three buyers are ahead of the page.
-  for (const b of ["ahead-1", "ahead-2", "ahead-3"]) assert.equal((await api.join(product, b)).status, 201);
+  // Five buyers are ahead of the page. The room admits one a second from
+  // the opening, so how many are still ahead when the page joins depends
+  // on how long the page took to load (more than 3 s in one CI run).
+  for (const b of ["ahead-1", "ahead-2", "ahead-3", "ahead-4", "ahead-5"]) assert.equal((await api.join(product, b)).status, 201);
   const { ctx, page } = await open(`/p/${product}`);
   await page.waitForFunction(() => document.getElementById("available").textContent === "10");
   await page.evaluate(() => {
@@ -184,7 +186,10 @@ test("4. waiting room: the position falls and the page is admitted by itself", a
   console.log(`waiting room positions shown: ${positions.join(" -> ")}`);
   // From the join's answer on (which counts the tickets this isolate
   // issued that no snapshot holds yet), the position only falls.
-  assert.ok(positions.length >= 2, `positions: ${positions}`);
+  assert.ok(positions.length >= 1, `positions: ${positions}`);
+  // Polled each second at one admission a second, a page that joined with
+  // more than one ahead sees its position fall at least once.
+  if (positions[0] > 1) assert.ok(positions.length >= 2, `positions: ${positions}`);
   for (let i = 1; i < positions.length; i++) assert.ok(positions[i] < positions[i - 1], `the position fell: ${positions}`);
   await shot(page, "4-admitted");
   await ctx.close();
