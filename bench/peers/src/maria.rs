@@ -115,6 +115,26 @@ async fn after_conflict(pool: &MySqlPool, o: &Order<'_>) -> Result<Outcome> {
     Ok(existing(find(pool, o.product, o.buyer).await?, o.order_id).unwrap_or(Outcome::BuyerLimit))
 }
 
+/// Inserts the order and commits the stock change with it; if the buyer's
+/// order is already there (a retry, or another request of the same buyer),
+/// rolls both back and answers with what the buyer holds.
+async fn finish(
+    mut tx: sqlx::Transaction<'_, sqlx::MySql>,
+    pool: &MySqlPool,
+    o: &Order<'_>,
+    writes: &Writes,
+) -> Result<Outcome> {
+    if !insert(&mut tx, o, writes).await? {
+        tx.rollback().await?;
+        return after_conflict(pool, o).await;
+    }
+    tx.commit().await?;
+    Ok(Outcome::Made {
+        order_id: o.order_id.into(),
+        quantity: o.quantity,
+    })
+}
+
 /// (c) on MariaDB.
 pub async fn optimistic(pool: &MySqlPool, o: &Order<'_>, writes: &Writes) -> Result<Outcome> {
     if let Some(done) = existing(find(pool, o.product, o.buyer).await?, o.order_id) {
@@ -134,15 +154,7 @@ pub async fn optimistic(pool: &MySqlPool, o: &Order<'_>, writes: &Writes) -> Res
         tx.rollback().await?;
         return Ok(Outcome::SoldOut);
     }
-    if !insert(&mut tx, o, writes).await? {
-        tx.rollback().await?;
-        return after_conflict(pool, o).await;
-    }
-    tx.commit().await?;
-    Ok(Outcome::Made {
-        order_id: o.order_id.into(),
-        quantity: o.quantity,
-    })
+    finish(tx, pool, o, writes).await
 }
 
 /// How the lock table behaves.
@@ -270,15 +282,7 @@ pub async fn lock_table(
             .bind(o.product)
             .execute(&mut *tx)
             .await?;
-        if !insert(&mut tx, o, writes).await? {
-            tx.rollback().await?;
-            return after_conflict(pool, o).await;
-        }
-        tx.commit().await?;
-        Ok(Outcome::Made {
-            order_id: o.order_id.into(),
-            quantity: o.quantity,
-        })
+        finish(tx, pool, o, writes).await
     }
     .await;
     release(pool, &key, o.order_id, writes).await?;

@@ -107,6 +107,26 @@ async fn after_conflict(pool: &PgPool, o: &Order<'_>) -> Result<Outcome> {
     Ok(existing(find(pool, o.product, o.buyer).await?, o.order_id).unwrap_or(Outcome::BuyerLimit))
 }
 
+/// Inserts the order and commits the stock change with it; if the buyer's
+/// order is already there (a retry, or another request of the same buyer),
+/// rolls both back and answers with what the buyer holds.
+async fn finish(
+    mut tx: Transaction<'_, Postgres>,
+    pool: &PgPool,
+    o: &Order<'_>,
+    writes: &Writes,
+) -> Result<Outcome> {
+    if insert(&mut tx, o, writes).await?.is_some() {
+        tx.rollback().await?;
+        return after_conflict(pool, o).await;
+    }
+    tx.commit().await?;
+    Ok(Outcome::Made {
+        order_id: o.order_id.into(),
+        quantity: o.quantity,
+    })
+}
+
 /// (c) One conditional UPDATE decides; the version column counts changes
 /// for readers that cache the row.
 pub async fn optimistic(pool: &PgPool, o: &Order<'_>, writes: &Writes) -> Result<Outcome> {
@@ -126,15 +146,7 @@ pub async fn optimistic(pool: &PgPool, o: &Order<'_>, writes: &Writes) -> Result
         tx.rollback().await?;
         return Ok(Outcome::SoldOut);
     }
-    if insert(&mut tx, o, writes).await?.is_some() {
-        tx.rollback().await?;
-        return after_conflict(pool, o).await;
-    }
-    tx.commit().await?;
-    Ok(Outcome::Made {
-        order_id: o.order_id.into(),
-        quantity: o.quantity,
-    })
+    finish(tx, pool, o, writes).await
 }
 
 /// (d) The stock row is locked for the transaction.
@@ -158,15 +170,7 @@ pub async fn for_update(pool: &PgPool, o: &Order<'_>, writes: &Writes) -> Result
         .bind(sold + o.quantity as i64)
         .execute(&mut *tx)
         .await?;
-    if insert(&mut tx, o, writes).await?.is_some() {
-        tx.rollback().await?;
-        return after_conflict(pool, o).await;
-    }
-    tx.commit().await?;
-    Ok(Outcome::Made {
-        order_id: o.order_id.into(),
-        quantity: o.quantity,
-    })
+    finish(tx, pool, o, writes).await
 }
 
 /// The lock recipes' check before they contend: the buyer's earlier order,
@@ -216,15 +220,7 @@ pub async fn read_decrement_write(
         .bind(sold + o.quantity as i64)
         .execute(&mut *tx)
         .await?;
-    if insert(&mut tx, o, writes).await?.is_some() {
-        tx.rollback().await?;
-        return after_conflict(pool, o).await;
-    }
-    tx.commit().await?;
-    Ok(Outcome::Made {
-        order_id: o.order_id.into(),
-        quantity: o.quantity,
-    })
+    finish(tx, pool, o, writes).await
 }
 
 /// The consumer's idempotent insert of an order that Redis already counted
