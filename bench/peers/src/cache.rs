@@ -91,6 +91,23 @@ struct Message {
     quantity: u64,
 }
 
+/// Runs one of the two order scripts, which take the same keys and
+/// arguments: the stock, the buyers, and the buyer, order id and units.
+async fn order_script<T: redis::FromRedisValue>(
+    script: &Script,
+    o: &Order<'_>,
+    con: &mut ConnectionManager,
+) -> redis::RedisResult<T> {
+    script
+        .key(stock_key(o.product))
+        .key(buyers_key(o.product))
+        .arg(o.buyer)
+        .arg(o.order_id)
+        .arg(o.quantity)
+        .invoke_async(con)
+        .await
+}
+
 pub struct LuaMq {
     pub redis: ConnectionManager,
     pub publish: Channel,
@@ -137,15 +154,7 @@ impl LuaMq {
 
     pub async fn reserve(&self, o: &Order<'_>, writes: &Writes) -> Result<Outcome> {
         let mut con = self.redis.clone();
-        let (code, have): (i64, String) = self
-            .reserve
-            .key(stock_key(o.product))
-            .key(buyers_key(o.product))
-            .arg(o.buyer)
-            .arg(o.order_id)
-            .arg(o.quantity)
-            .invoke_async(&mut con)
-            .await?;
+        let (code, have): (i64, String) = order_script(&self.reserve, o, &mut con).await?;
         match code {
             -2 => bail!("unknown product"),
             -1 => return Ok(Outcome::SoldOut),
@@ -191,15 +200,7 @@ impl LuaMq {
             }),
             other => {
                 writes.cache(1);
-                let _: i64 = self
-                    .undo
-                    .key(stock_key(o.product))
-                    .key(buyers_key(o.product))
-                    .arg(o.buyer)
-                    .arg(o.order_id)
-                    .arg(o.quantity)
-                    .invoke_async(&mut con)
-                    .await?;
+                let _: i64 = order_script(&self.undo, o, &mut con).await?;
                 bail!("the order could not be queued: {other:?}")
             }
         }

@@ -58,6 +58,16 @@ pub async fn find(pool: &MySqlPool, product: &str, buyer: &str) -> Result<Option
     .await?)
 }
 
+/// The stock row's total and units sold, read with no lock.
+async fn stock(pool: &MySqlPool, product: &str) -> Result<(i64, i64)> {
+    Ok(
+        sqlx::query_as("SELECT stock_total, sold FROM peer_stock WHERE product_id = ?")
+            .bind(product)
+            .fetch_one(pool)
+            .await?,
+    )
+}
+
 pub async fn totals(pool: &MySqlPool, product: &str) -> Result<(i64, i64, i64)> {
     let (total, sold): (i64, i64) =
         sqlx::query_as("SELECT stock_total, sold FROM peer_stock WHERE product_id = ?")
@@ -253,11 +263,7 @@ pub async fn lock_table(
     }
     // Checked before contending, without the lock, and again under it (as
     // `pg::before_lock` says why).
-    let (total, sold): (i64, i64) =
-        sqlx::query_as("SELECT stock_total, sold FROM peer_stock WHERE product_id = ?")
-            .bind(o.product)
-            .fetch_one(pool)
-            .await?;
+    let (total, sold) = stock(pool, o.product).await?;
     if total - sold < o.quantity as i64 {
         return Ok(Outcome::SoldOut);
     }
@@ -267,11 +273,7 @@ pub async fn lock_table(
         bail!("fault: the lock holder died without releasing");
     }
     let result = async {
-        let (total, sold): (i64, i64) =
-            sqlx::query_as("SELECT stock_total, sold FROM peer_stock WHERE product_id = ?")
-                .bind(o.product)
-                .fetch_one(pool)
-                .await?;
+        let (total, sold) = stock(pool, o.product).await?;
         if total - sold < o.quantity as i64 {
             return Ok(Outcome::SoldOut);
         }

@@ -173,6 +173,16 @@ pub async fn for_update(pool: &PgPool, o: &Order<'_>, writes: &Writes) -> Result
     finish(tx, pool, o, writes).await
 }
 
+/// The stock row's total and units sold, read with no lock.
+async fn stock(pool: &PgPool, product: &str) -> Result<(i64, i64)> {
+    Ok(
+        sqlx::query_as("SELECT stock_total, sold FROM peer_stock WHERE product_id = $1")
+            .bind(product)
+            .fetch_one(pool)
+            .await?,
+    )
+}
+
 /// The lock recipes' check before they contend: the buyer's earlier order,
 /// or sold out, read without any lock. Their authors check this first so
 /// that the sold-out part of a burst does not queue for the lock; the
@@ -181,11 +191,7 @@ pub async fn before_lock(pool: &PgPool, o: &Order<'_>) -> Result<Option<Outcome>
     if let Some(done) = existing(find(pool, o.product, o.buyer).await?, o.order_id) {
         return Ok(Some(done));
     }
-    let (total, sold): (i64, i64) =
-        sqlx::query_as("SELECT stock_total, sold FROM peer_stock WHERE product_id = $1")
-            .bind(o.product)
-            .fetch_one(pool)
-            .await?;
+    let (total, sold) = stock(pool, o.product).await?;
     Ok((total - sold < o.quantity as i64).then_some(Outcome::SoldOut))
 }
 
@@ -202,11 +208,7 @@ pub async fn read_decrement_write(
     if let Some(done) = existing(find(pool, o.product, o.buyer).await?, o.order_id) {
         return Ok(done);
     }
-    let (total, sold): (i64, i64) =
-        sqlx::query_as("SELECT stock_total, sold FROM peer_stock WHERE product_id = $1")
-            .bind(o.product)
-            .fetch_one(pool)
-            .await?;
+    let (total, sold) = stock(pool, o.product).await?;
     if total - sold < o.quantity as i64 {
         return Ok(Outcome::SoldOut);
     }
