@@ -10,7 +10,14 @@
 // so it is the peak of the restore and what followed), and workerd's peak
 // resident memory. Asserts nothing about time.
 //
-//   node bench/memory.mjs [N ...]     (default: 10000 100000 and the default cap)
+// Then the same for N paid (confirmed) orders, whose outbox entries the
+// origin has acked: they stay in SQLite, and only each buyer's count of
+// units stays in memory (flashgate_core::archive), so memory grows by the
+// bytes per buyer, not per record. A replay of the first order's reserve,
+// and the buyer's read of it, come back from SQLite.
+//
+//   node bench/memory.mjs [N ...]     (default: 10000 100000 and the default cap;
+//                                      paid orders: 100000 and 1000000)
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -21,6 +28,7 @@ import { client } from "../tests/support/client.mjs";
 // `Config::default()`'s `reservations_max`, read from its one definition.
 const DEFAULT_CAP = coreLimit("RESERVATIONS_MAX_DEFAULT");
 const sizes = process.argv.slice(2).map(Number);
+const paidSizes = sizes.length === 0 ? [100_000, 1_000_000] : [];
 if (sizes.length === 0) sizes.push(10_000, 100_000, DEFAULT_CAP);
 
 
@@ -35,37 +43,55 @@ function peakRssMiB(pid) {
 
 const FILL = `
 import sqlite3, sys
-n, expires, paths = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+kind, n, expires, paths = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
 # Every object has its own file; the product's is the one with its tables.
 def has_product(path):
     with sqlite3.connect(path) as db:
         return db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'product'").fetchone()[0] == 1
 [path] = [p for p in paths if has_product(p)]
 db = sqlite3.connect(path)
-db.execute("""
-  WITH RECURSIVE c(i) AS (SELECT 2 UNION ALL SELECT i + 1 FROM c WHERE i < ?)
-  INSERT INTO reservations (id, buyer, idem_key, quantity, state, expires_at_ms)
-  SELECT i, printf('buyer-%09d', i), printf('key-%09d', i), 1, 'held', ? FROM c""", (n, expires))
+if kind == "held":
+    db.execute("""
+      WITH RECURSIVE c(i) AS (SELECT 2 UNION ALL SELECT i + 1 FROM c WHERE i < ?)
+      INSERT INTO reservations (id, buyer, idem_key, quantity, state, expires_at_ms)
+      SELECT i, printf('buyer-%09d', i), printf('key-%09d', i), 1, 'held', ? FROM c""", (n, expires))
+else:
+    # Paid orders, each acked by the origin: its outbox sequence at or
+    # below the acked cursor, and the outbox empty.
+    db.execute("DELETE FROM outbox")
+    db.execute("""
+      WITH RECURSIVE c(i) AS (SELECT 2 UNION ALL SELECT i + 1 FROM c WHERE i < ?)
+      INSERT INTO reservations (id, buyer, idem_key, quantity, state, expires_at_ms,
+                                payment_ref, confirmed_at_ms, outbox_seq)
+      SELECT i, printf('buyer-%09d', i), printf('key-%09d', i), 1, 'confirmed', ?,
+             printf('pay-%09d', i), ? - 1000, i + 10 FROM c""", (n, expires, expires))
+    db.execute("UPDATE meta SET outbox_acked_seq = ?, outbox_attempts = 0", (n + 20,))
 db.execute("UPDATE meta SET next_reservation_id = ?", (n + 1,))
 db.commit()
 print(db.execute("SELECT count(*) FROM reservations").fetchone()[0])
 `;
 
-async function measure(n) {
+async function measure(n, kind = "held") {
   const stateDir = join(mkdtempSync(join(tmpdir(), "flashgate-memory-")), "state");
   let gate = await startGate({ stateDir });
   let api = client(gate.url);
-  const put = await api.put("mem", { stock_total: n + 10, per_buyer_max: 1, quantity_max: 1, hold_ttl_ms: 86_400_000, reservations_max: Math.max(n, 1) });
+  const put = await api.put("mem", { stock_total: n + 10, per_buyer_max: 1, quantity_max: 1, hold_ttl_ms: 86_400_000, reservations_max: kind === "held" ? Math.max(n, 1) : 1_000 });
   if (put.status !== 201) throw new Error(JSON.stringify(put.body));
-  const first = await api.reserve("mem", "buyer-first", 1);
+  const first = await api.reserve("mem", "buyer-first", 1, "key-first");
   if (first.status !== 201) throw new Error(JSON.stringify(first.body));
+  if (kind === "paid") {
+    const paid = await api.confirm("mem", "buyer-first", first.body.reservation_id, "pay-first");
+    if (paid.status !== 200) throw new Error(JSON.stringify(paid.body));
+    // The origin is not running: the order stays in the outbox, so it is
+    // the one paid record the restore checks a link for.
+  }
   const empty = (await api.stats("mem")).body.work.wasm_memory_bytes;
   await gate.stop();
 
   const dir = join(stateDir, "flashgate-product-gate");
   const files = readdirSync(dir).filter((f) => f.endsWith(".sqlite") && f !== "metadata.sqlite");
   const expires = Date.now() + 86_400_000;
-  const rows = Number(execFileSync("python3", ["-c", FILL, String(n), String(expires), ...files.map((f) => join(dir, f))]).toString().trim());
+  const rows = Number(execFileSync("python3", ["-c", FILL, kind, String(n), String(expires), ...files.map((f) => join(dir, f))]).toString().trim());
 
   gate = await startGate({ stateDir });
   api = client(gate.url);
@@ -75,10 +101,18 @@ async function measure(n) {
     const restoreMs = Date.now() - t0;
     if (s.status !== 200) throw new Error(JSON.stringify(s.body));
     const w = s.body.work;
-    if (s.body.live_holds !== n) throw new Error(`restored ${s.body.live_holds} holds of ${n}`);
-    // The object still decides: a replay of the first hold, and a reserve
-    // that the cap refuses.
-    const replay = await api.reserve("mem", "buyer-first", 1, "unused");
+    if (kind === "held" && s.body.live_holds !== n) throw new Error(`restored ${s.body.live_holds} holds of ${n}`);
+    if (kind === "paid" && s.body.sold !== n) throw new Error(`restored ${s.body.sold} sold of ${n}`);
+    // The object still decides: a replay of the first reservation (from
+    // memory for a hold, from SQLite for a paid order).
+    const replay = await api.reserve("mem", "buyer-first", 1, "key-first");
+    if (replay.status !== 200) throw new Error(`replay: ${replay.status} ${JSON.stringify(replay.body)}`);
+    if (kind === "paid") {
+      const read = await api.reservation("mem", "buyer-first", first.body.reservation_id);
+      if (read.status !== 200 || read.body.state !== "confirmed") throw new Error(`read: ${JSON.stringify(read.body)}`);
+      const deep = await api.reserve("mem", `buyer-${String(n).padStart(9, "0")}`, 1, `key-${String(n).padStart(9, "0")}`);
+      if (deep.status !== 200) throw new Error(`replay of the last order: ${deep.status} ${JSON.stringify(deep.body)}`);
+    }
     return { n, rows, restoreMs, readyMs: gate.readyMs, rowsLoaded: w.rows_loaded, emptyMiB: empty / 2 ** 20, wasmMiB: w.wasm_memory_bytes / 2 ** 20, rssMiB: peakRssMiB(gate.proc.pid), after: replay.status };
   } finally {
     await gate.stop();
@@ -99,5 +133,19 @@ if (results.length >= 2) {
   const [a, b] = [results[0], results[results.length - 1]];
   const perRecord = ((b.wasmMiB - a.wasmMiB) * 2 ** 20) / (b.n - a.n);
   console.log(`wasm bytes per held record (restore peak, ${a.n} to ${b.n}): ${perRecord.toFixed(0)}`);
+}
+const paid = [];
+for (const n of paidSizes) {
+  const r = await measure(n, "paid");
+  paid.push(r);
+  console.log(
+    `N ${String(n).padStart(8)} paid orders: process start to the product's first answer ${String(r.readyMs + r.restoreMs).padStart(5)} ms (ready ${r.readyMs} + first answer ${r.restoreMs}); rows loaded ${r.rowsLoaded}; ` +
+      `wasm memory ${r.wasmMiB.toFixed(1)} MiB; workerd peak RSS ${r.rssMiB.toFixed(1)} MiB; replays of the first and last order answered from SQLite`,
+  );
+}
+if (paid.length >= 2) {
+  const [a, b] = [paid[0], paid[paid.length - 1]];
+  const perOrder = ((b.wasmMiB - a.wasmMiB) * 2 ** 20) / (b.n - a.n);
+  console.log(`wasm bytes per paid order, each from its own buyer (restore peak, ${a.n} to ${b.n}): ${perOrder.toFixed(0)}`);
 }
 console.log(`settle limit per event: ${coreLimit("SETTLE_PER_EVENT_MAX")}`);

@@ -19,7 +19,9 @@
 //!   leased the batch. A reload in between voids it; the batch is simply
 //!   leased and sent again (the origin dedupes).
 
-use flashgate_core::{AckOutcome, Change, Restorer, Row};
+use std::cell::RefCell;
+
+use flashgate_core::{AckOutcome, Archive, Change, ReservationId, ReservationRow, Restorer, Row};
 use flashgate_wire::{Batch, BatchResult};
 
 use crate::api::Command;
@@ -68,6 +70,17 @@ pub trait Storage {
     /// Writes one decision's changes; for a product being created, first
     /// its tables and id.
     fn write(&mut self, create: Option<&str>, changes: &[Change]) -> Result<(), StorageError>;
+    /// The paid reservation `id`, as written (earlier in the same
+    /// transaction included): the core's archive (`flashgate_core::archive`).
+    fn paid(&mut self, id: ReservationId) -> Result<Option<ReservationRow>, StorageError>;
+    /// The paid reservation `buyer` made under `idem_key`.
+    fn paid_by_key(
+        &mut self,
+        buyer: &str,
+        idem_key: &str,
+    ) -> Result<Option<ReservationRow>, StorageError>;
+    /// Every paid reservation: for audits in tests.
+    fn all_paid(&mut self) -> Result<Vec<ReservationRow>, StorageError>;
     /// Runs `body` as one transaction: if it returns an error, or the commit
     /// fails, none of its writes are stored (`transactionSync` in the
     /// Worker).
@@ -77,6 +90,54 @@ pub trait Storage {
     ) -> Result<T, StorageError>
     where
         Self: Sized;
+}
+
+/// Storage as the core's archive, for the length of one decision. The
+/// core's reads cannot fail, so a read that does is kept here and the
+/// decision is then thrown away as a failed write is: the batch rolls back,
+/// nothing of it is acknowledged, and the object reloads.
+pub struct Reader<'a, S> {
+    store: RefCell<&'a mut S>,
+    error: RefCell<Option<StorageError>>,
+}
+
+impl<'a, S: Storage> Reader<'a, S> {
+    pub fn new(store: &'a mut S) -> Self {
+        Reader {
+            store: RefCell::new(store),
+            error: RefCell::new(None),
+        }
+    }
+
+    fn read<T: Default>(&self, f: impl FnOnce(&mut S) -> Result<T, StorageError>) -> T {
+        match f(&mut self.store.borrow_mut()) {
+            Ok(t) => t,
+            Err(e) => {
+                self.error.borrow_mut().get_or_insert(e);
+                T::default()
+            }
+        }
+    }
+
+    /// Ends the decision: the store back, or the first read that failed.
+    pub fn finish(self) -> Result<&'a mut S, StorageError> {
+        match self.error.into_inner() {
+            Some(e) => Err(StorageError(format!("reading an archived record: {e}"))),
+            None => Ok(self.store.into_inner()),
+        }
+    }
+}
+
+impl<S: Storage> Archive for Reader<'_, S> {
+    fn paid(&self, id: ReservationId) -> Option<ReservationRow> {
+        self.read(|s| s.paid(id))
+    }
+    fn paid_by_key(&self, buyer: &str, idem_key: &str) -> Option<ReservationRow> {
+        self.read(|s| s.paid_by_key(buyer, idem_key))
+    }
+    fn all_paid(&self) -> Vec<ReservationRow> {
+        self.read(|s| s.all_paid())
+    }
 }
 
 /// The most commands one batch applies: a bound on the work of one turn
@@ -144,7 +205,9 @@ impl ProductObject {
         // Row by row from the cursor into the gate, so that the rows are
         // never all held at once beside the gate they build.
         let corrupt = |e| StorageError(format!("stored gate is corrupt: {e:?}"));
-        let mut restorer = Restorer::default();
+        // The object writes every change it takes, so its gate leaves paid
+        // records in storage (`flashgate_core::archive`).
+        let mut restorer = Restorer::archived();
         let mut rows = 0u64;
         let id = store.load(&mut |row| {
             rows += 1;
@@ -238,13 +301,16 @@ impl ProductObject {
             self.delivery.snapshots += 1;
         }
         let existed = self.product.is_some();
+        let reader = Reader::new(store);
         let reply = service::execute(
             &mut self.product,
             cmd,
             now_ms,
             &self.delivery,
             &self.id_secret,
+            &reader,
         );
+        let store = reader.finish()?;
         let created = !existed && self.product.is_some();
         self.persist(store, created)?;
         Ok(reply)
@@ -378,7 +444,8 @@ impl ProductObject {
         Ok(settled)
     }
 
-    /// For tests and the simulator: the rows the object holds in memory.
+    /// For tests and the simulator: the rows the object holds in memory
+    /// (every stored row but the paid records, which stay in storage).
     pub fn rows(&self) -> Option<(&str, Vec<Row>)> {
         self.product
             .as_ref()

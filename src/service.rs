@@ -5,7 +5,7 @@
 //! `now_ms`, then writes the gate's changes and sends the reply. That keeps
 //! the mapping from outcomes to status codes testable natively.
 
-use flashgate_core::{AdminRefusal, CancelOutcome, ConfirmOutcome, Gate, ReserveOutcome};
+use flashgate_core::{AdminRefusal, Archive, CancelOutcome, ConfirmOutcome, Gate, ReserveOutcome};
 
 use crate::api::Command;
 use crate::codes::ProblemCode;
@@ -41,12 +41,16 @@ pub fn execute(
     now_ms: u64,
     delivery: &ShellStatus,
     id_secret: &[u8],
+    archive: &dyn Archive,
 ) -> Reply {
     let p = match (product.as_mut(), cmd) {
         (Some(p), _) => p,
         (None, Command::Upsert { product_id, patch }) => {
             return match Gate::create(now_ms, patch) {
-                Ok(gate) => {
+                Ok(mut gate) => {
+                    // The object writes every change it takes, so paid
+                    // records leave memory for storage, as after a load.
+                    gate.set_archived();
                     let body = views::product(&gate, product_id, now_ms);
                     *product = Some(Product::new(product_id.clone(), gate, id_secret));
                     Reply::ok(201, body)
@@ -69,12 +73,15 @@ pub fn execute(
             quantity,
             ticket,
             ..
-        } => reserve_reply(ids, g.reserve(now_ms, buyer, idem_key, *quantity, *ticket)),
+        } => reserve_reply(
+            ids,
+            g.reserve(archive, now_ms, buyer, idem_key, *quantity, *ticket),
+        ),
         Command::GetReservation {
             buyer,
             reservation_id,
             ..
-        } => match g.reservation(now_ms, *reservation_id, buyer) {
+        } => match g.reservation(archive, now_ms, *reservation_id, buyer) {
             Some(v) => Reply::ok(200, views::reservation(ids, &v)),
             None => Problem::unknown_reservation().into(),
         },
@@ -83,7 +90,10 @@ pub fn execute(
             reservation_id,
             payment_ref,
             ..
-        } => confirm_reply(ids, g.confirm(now_ms, *reservation_id, buyer, payment_ref)),
+        } => confirm_reply(
+            ids,
+            g.confirm(archive, now_ms, *reservation_id, buyer, payment_ref),
+        ),
         Command::Cancel {
             buyer,
             reservation_id,
@@ -91,7 +101,7 @@ pub fn execute(
         } => cancel_reply(
             ids,
             *reservation_id,
-            g.cancel(now_ms, *reservation_id, buyer),
+            g.cancel(archive, now_ms, *reservation_id, buyer),
         ),
         Command::Upsert { patch, .. } => match g.update(now_ms, patch) {
             Ok(()) => Reply::ok(200, views::product(g, id, now_ms)),
@@ -109,7 +119,7 @@ pub fn execute(
             g.record_arrivals(now_ms, arrivals);
             Reply::ok(200, views::snapshot(g, id, now_ms))
         }
-        Command::Void { reservation_id, .. } => match g.void(now_ms, *reservation_id) {
+        Command::Void { reservation_id, .. } => match g.void(archive, now_ms, *reservation_id) {
             Ok(v) => Reply::ok(200, views::voided(ids, &v)),
             Err(refusal) => admin_problem(refusal).into(),
         },
@@ -308,7 +318,9 @@ mod tests {
         let d = ShellStatus::default();
         let mut product = None;
         let secret = b"0123456789abcdef0123456789abcdef";
-        let run = |p: &mut Option<Product>, cmd: &Command, now| execute(p, cmd, now, &d, secret);
+        let run = |p: &mut Option<Product>, cmd: &Command, now| {
+            execute(p, cmd, now, &d, secret, &flashgate_core::NoArchive)
+        };
         assert_eq!(run(&mut product, &reserve("alice", 1, "k"), 0).status, 404);
         let missing = run(&mut product, &upsert(ConfigPatch::default()), 0);
         assert_eq!(

@@ -10,7 +10,7 @@
 
 use flashgate_core::{
     Admission, Change, Config, HoldState, ItemKey, MetaRow, Mode, OutboxEntry, OutboxEvent,
-    ReservationRow, Row,
+    ReservationId, ReservationRow, Row,
 };
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -30,6 +30,12 @@ pub trait SqlDb {
     fn exec(&mut self, sql: &str, params: &[SqlValue]) -> Result<(), StorageError>;
     /// Every row of a query, each as `T` (columns by name).
     fn query<T: DeserializeOwned>(&mut self, sql: &str) -> Result<Vec<T>, StorageError>;
+    /// As `query`, with values bound to its `?` placeholders.
+    fn query_with<T: DeserializeOwned>(
+        &mut self,
+        sql: &str,
+        params: &[SqlValue],
+    ) -> Result<Vec<T>, StorageError>;
     /// Every row of a query handed to `each` as it is read, for queries
     /// whose rows are too many to hold at once.
     fn query_each<T: DeserializeOwned>(
@@ -103,6 +109,7 @@ const SCHEMA: &[&str] = &[
         outbox_seq INTEGER,
         voided_at_ms INTEGER,
         void_seq INTEGER)",
+    KEY_INDEX,
     // One row per event; the columns an event kind does not use are NULL.
     "CREATE TABLE IF NOT EXISTS outbox (
         seq INTEGER PRIMARY KEY,
@@ -114,6 +121,17 @@ const SCHEMA: &[&str] = &[
         quantity INTEGER,
         payment_ref TEXT)",
 ];
+
+/// A paid record is read back by its buyer's key (`flashgate_core::archive`),
+/// and a key names one record per buyer: unique, so that storage refuses a
+/// second record under a key rather than hold two. Created with the
+/// tables, and at load for products stored before it existed (the row
+/// format is unchanged, so the schema version is too).
+const KEY_INDEX: &str = "CREATE UNIQUE INDEX IF NOT EXISTS reservations_by_key
+    ON reservations (buyer, idem_key)";
+
+/// The states of a paid record, as stored.
+const PAID_STATES: &str = "state IN ('confirmed', 'voided')";
 
 /// Values are far below 2^53 (see `flashgate_core::limits`), so they are
 /// exact as SQLite integers and as JavaScript numbers.
@@ -353,6 +371,57 @@ struct ReservationSql {
     void_seq: Option<u64>,
 }
 
+impl ReservationSql {
+    fn row(self) -> Result<ReservationRow, StorageError> {
+        Ok(ReservationRow {
+            id: self.id,
+            buyer: self.buyer,
+            idem_key: self.idem_key,
+            quantity: self.quantity,
+            state: HoldState::parse(&self.state).ok_or_else(|| corrupt("state"))?,
+            expires_at_ms: self.expires_at_ms,
+            payment_ref: self.payment_ref,
+            confirmed_at_ms: self.confirmed_at_ms,
+            outbox_seq: self.outbox_seq,
+            voided_at_ms: self.voided_at_ms,
+            void_seq: self.void_seq,
+        })
+    }
+}
+
+/// The paid reservations a query finds (at most one for a key or an id).
+fn paid_rows(
+    db: &mut impl SqlDb,
+    filter: &str,
+    params: &[SqlValue],
+) -> Result<Vec<ReservationRow>, StorageError> {
+    let sql = format!("SELECT * FROM reservations WHERE {PAID_STATES}{filter}");
+    let rows: Vec<ReservationSql> = db.query_with(&sql, params)?;
+    rows.into_iter().map(ReservationSql::row).collect()
+}
+
+/// The paid reservation `id`, read back for the core's archive.
+pub fn paid(
+    db: &mut impl SqlDb,
+    id: ReservationId,
+) -> Result<Option<ReservationRow>, StorageError> {
+    Ok(paid_rows(db, " AND id = ?", &[int(id)])?.pop())
+}
+
+/// The paid reservation `buyer` made under `idem_key` (by the key index).
+pub fn paid_by_key(
+    db: &mut impl SqlDb,
+    buyer: &str,
+    idem_key: &str,
+) -> Result<Option<ReservationRow>, StorageError> {
+    Ok(paid_rows(
+        db,
+        " AND buyer = ? AND idem_key = ?",
+        &[text(buyer), text(idem_key)],
+    )?
+    .pop())
+}
+
 #[derive(Deserialize)]
 struct OutboxSql {
     seq: u64,
@@ -482,20 +551,9 @@ pub fn load(
             a.admission().ok_or_else(|| corrupt("waiting room"))?,
         ))?;
     }
+    db.exec(KEY_INDEX, &[])?;
     db.query_each::<ReservationSql>("SELECT * FROM reservations ORDER BY id", &mut |r| {
-        each(Row::Reservation(ReservationRow {
-            id: r.id,
-            buyer: r.buyer,
-            idem_key: r.idem_key,
-            quantity: r.quantity,
-            state: HoldState::parse(&r.state).ok_or_else(|| corrupt("state"))?,
-            expires_at_ms: r.expires_at_ms,
-            payment_ref: r.payment_ref,
-            confirmed_at_ms: r.confirmed_at_ms,
-            outbox_seq: r.outbox_seq,
-            voided_at_ms: r.voided_at_ms,
-            void_seq: r.void_seq,
-        }))
+        each(Row::Reservation(r.row()?))
     })?;
     db.query_each::<OutboxSql>("SELECT * FROM outbox ORDER BY seq", &mut |e| {
         let seq = e.seq;
@@ -519,6 +577,22 @@ impl<D: SqlDb> Storage for D {
             self::create(self, id)?;
         }
         write(self, changes)
+    }
+
+    fn paid(&mut self, id: ReservationId) -> Result<Option<ReservationRow>, StorageError> {
+        paid(self, id)
+    }
+
+    fn paid_by_key(
+        &mut self,
+        buyer: &str,
+        idem_key: &str,
+    ) -> Result<Option<ReservationRow>, StorageError> {
+        paid_by_key(self, buyer, idem_key)
+    }
+
+    fn all_paid(&mut self) -> Result<Vec<ReservationRow>, StorageError> {
+        paid_rows(self, " ORDER BY id", &[])
     }
 
     fn atomically<T>(

@@ -25,7 +25,9 @@ use flashgate::api::Command;
 use flashgate::delivery::{self, Attempt};
 use flashgate::ids::IdCodec;
 use flashgate::object::{Lease, ProductObject, Settled, Storage, StorageError};
-use flashgate_core::{splitmix64, Change, ConfigPatch, HoldState, OutboxEvent, Row, RowKey};
+use flashgate_core::{
+    splitmix64, Archive, Change, ConfigPatch, HoldState, OutboxEvent, ReservationRow, Row, RowKey,
+};
 use flashgate_wire::{Batch, BatchResult, Event, EventResult, EventStatus};
 
 const SECRET: &[u8] = b"id-secret-0123456789abcdef0123456789";
@@ -56,10 +58,22 @@ struct MemStorage {
     fail_write_in: Option<u32>,
     fail_commits: u32,
     fail_loads: u32,
+    /// Fail the next read of a paid record (the core's archive).
+    fail_reads: u32,
     loads: u64,
     /// Transactions committed with more than one write in them.
     grouped_commits: u64,
     writes_in_transaction: u32,
+}
+
+impl MemStorage {
+    fn read(&mut self) -> Result<(), StorageError> {
+        if self.fail_reads > 0 {
+            self.fail_reads -= 1;
+            return Err(StorageError("injected read failure".into()));
+        }
+        Ok(())
+    }
 }
 
 impl Storage for MemStorage {
@@ -99,6 +113,24 @@ impl Storage for MemStorage {
             Err(_) => (self.product_id, self.rows) = saved,
         }
         r
+    }
+
+    fn paid(&mut self, id: u64) -> Result<Option<ReservationRow>, StorageError> {
+        self.read()?;
+        Ok(Archive::paid(&self.rows, id))
+    }
+
+    fn paid_by_key(
+        &mut self,
+        buyer: &str,
+        idem_key: &str,
+    ) -> Result<Option<ReservationRow>, StorageError> {
+        self.read()?;
+        Ok(Archive::paid_by_key(&self.rows, buyer, idem_key))
+    }
+
+    fn all_paid(&mut self) -> Result<Vec<ReservationRow>, StorageError> {
+        Ok(Archive::all_paid(&self.rows))
     }
 
     fn write(&mut self, create: Option<&str>, changes: &[Change]) -> Result<(), StorageError> {
@@ -442,6 +474,11 @@ impl Sim {
         if self.rng.chance(1) {
             self.store.fail_loads = 1;
         }
+        if self.rng.chance(3) {
+            // A read of a paid record fails: the decision that asked is
+            // thrown away as a failed write is.
+            self.store.fail_reads = 1;
+        }
         let desc = match self.rng.below(100) {
             0..=2 if !self.created || self.rng.chance(30) => {
                 let patch = ConfigPatch {
@@ -597,9 +634,16 @@ impl Sim {
     }
 
     fn check(&self, desc: &str) {
-        // An object that trusts its memory holds exactly what storage holds.
+        // An object that trusts its memory holds exactly what storage
+        // holds, but the paid records, which it leaves in storage.
         if !self.object.is_poisoned() {
-            let stored: Vec<Row> = self.store.rows.values().cloned().collect();
+            let stored: Vec<Row> = self
+                .store
+                .rows
+                .values()
+                .filter(|r| !matches!(r, Row::Reservation(r) if r.state.paid()))
+                .cloned()
+                .collect();
             match self.object.rows() {
                 Some((id, rows)) => {
                     assert_eq!(Some(id), self.store.product_id.as_deref(), "{desc}");
@@ -674,6 +718,7 @@ impl Sim {
         self.store.fail_write_in = None;
         self.store.fail_commits = 0;
         self.store.fail_loads = 0;
+        self.store.fail_reads = 0;
         self.in_flight = None;
         let last = self.flush();
         assert!(!last.contains("error"), "{last}");

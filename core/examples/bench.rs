@@ -11,6 +11,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
+use flashgate_core::NoArchive;
 use flashgate_core::{limits, Config, Gate, ReserveOutcome};
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -66,7 +67,7 @@ fn fill(n: usize, ttl_ms: u64, buyers: &[String], keys: &[String], render: bool)
     gate.take_changes();
     let start = Instant::now();
     for i in 0..n {
-        let out = gate.reserve(i as u64, &buyers[i], &keys[i], 1, None);
+        let out = gate.reserve(&NoArchive, i as u64, &buyers[i], &keys[i], 1, None);
         debug_assert!(matches!(out, ReserveOutcome::Reserved { .. }));
         if render {
             black_box(gate.take_changes());
@@ -117,7 +118,7 @@ fn main() {
     for _ in 0..runs {
         let start = Instant::now();
         for i in n..2 * n {
-            let out = gate.reserve(n as u64, &buyers[i], &keys[i], 1, None);
+            let out = gate.reserve(&NoArchive, n as u64, &buyers[i], &keys[i], 1, None);
             debug_assert_eq!(out, ReserveOutcome::SoldOut);
             black_box(out);
         }
@@ -139,14 +140,15 @@ fn main() {
             let now = i as u64;
             let expired = gate.handle_timeout(now);
             debug_assert_eq!(expired, 1);
-            let out = gate.reserve(now, &buyers[i], &keys[i], 1, None);
+            let out = gate.reserve(&NoArchive, now, &buyers[i], &keys[i], 1, None);
             debug_assert!(matches!(out, ReserveOutcome::Reserved { .. }));
             black_box(gate.take_changes());
         }
         cycles.push(per_run as f64 / start.elapsed().as_secs_f64());
     }
     assert_eq!(gate.stats(2 * n as u64).live_holds as usize, n);
-    gate.audit().expect("invariants hold after the benchmark");
+    gate.audit(&NoArchive)
+        .expect("invariants hold after the benchmark");
     drop(gate);
 
     // 5. One event's worth of settling: n holds all due at once, settled an

@@ -5,14 +5,70 @@ use std::collections::BTreeSet;
 
 use hashbrown::HashMap;
 
-use crate::gate::Gate;
+use crate::archive::Archive;
+use crate::gate::{paid_of, Gate};
 use crate::outbox::OutboxEvent;
-use crate::store::HoldState;
+use crate::outcome::ReservationId;
+use crate::store::{HoldState, Paid};
+
+/// One record as the audit reads it, from memory or from the archive.
+struct Audited {
+    id: ReservationId,
+    buyer: u32,
+    quantity: u32,
+    state: HoldState,
+    expires_at_ms: u64,
+    paid: Option<Paid>,
+    in_memory: bool,
+}
 
 impl Gate {
-    /// Checks every invariant against the full state. O(n): for tests, the
-    /// simulator and debugging, never a request path.
-    pub fn audit(&self) -> Result<(), String> {
+    /// Every record, in memory and (for an archived gate) in `archive`, in
+    /// id order. A record in memory shadows its row in storage. A gate that
+    /// is not archived holds every record, so storage adds nothing.
+    fn audited(&self, archive: &dyn Archive) -> Result<Vec<Audited>, String> {
+        let mut all: Vec<Audited> = self
+            .store
+            .iter()
+            .map(|(id, r)| Audited {
+                id,
+                buyer: r.buyer,
+                quantity: r.quantity,
+                state: r.state,
+                expires_at_ms: r.expires_at_ms,
+                paid: self.store.paid(id).cloned(),
+                in_memory: true,
+            })
+            .collect();
+        if self.archived {
+            for row in archive.all_paid() {
+                if self.store.get(row.id).is_some() {
+                    continue;
+                }
+                let paid = paid_of(&row).map_err(|e| format!("archived {}: {e}", row.id))?;
+                let buyer = self
+                    .buyers
+                    .find(&row.buyer)
+                    .ok_or_else(|| format!("archived {}: its buyer has no slot", row.id))?;
+                all.push(Audited {
+                    id: row.id,
+                    buyer,
+                    quantity: row.quantity,
+                    state: row.state,
+                    expires_at_ms: row.expires_at_ms,
+                    paid,
+                    in_memory: false,
+                });
+            }
+        }
+        all.sort_unstable_by_key(|a| a.id);
+        Ok(all)
+    }
+
+    /// Checks every invariant against the full state, the archived records
+    /// included. O(n): for tests, the simulator and debugging, never a
+    /// request path.
+    pub fn audit(&self, archive: &dyn Archive) -> Result<(), String> {
         if self.available + self.held + self.sold != self.stock_total {
             return Err(format!(
                 "I1: available {} + held {} + sold {} != total {}",
@@ -34,15 +90,17 @@ impl Gate {
         let (mut held, mut sold, mut live, mut tomb) = (0u64, 0u64, 0u32, 0u32);
         let mut expiry = BTreeSet::new();
         let mut purge = BTreeSet::new();
-        let mut usage: HashMap<u32, (u32, u32)> = HashMap::new();
-        for (id, r) in self.store.iter() {
+        let mut usage: HashMap<u32, (u32, u32, u32)> = HashMap::new();
+        let records = self.audited(archive)?;
+        for r in &records {
+            let id = r.id;
             if id >= self.next_id {
                 return Err(format!(
                     "reservation {id} at or above next id {}",
                     self.next_id
                 ));
             }
-            if self.store.paid(id).is_some() != r.state.paid() {
+            if r.paid.is_some() != r.state.paid() {
                 return Err(format!("reservation {id}: payment disagrees with state"));
             }
             let q = u64::from(r.quantity);
@@ -54,7 +112,7 @@ impl Gate {
                 }
                 HoldState::Confirmed => sold += q,
                 HoldState::Voided => {
-                    if self.store.paid(id).and_then(|p| p.void).is_none() {
+                    if r.paid.as_ref().and_then(|p| p.void).is_none() {
                         return Err(format!("voided reservation {id} has no void"));
                     }
                 }
@@ -63,8 +121,12 @@ impl Gate {
                     purge.insert((r.expires_at_ms + self.config.idem_window_ms, id));
                 }
             }
-            let (units, refs) = usage.entry(r.buyer).or_default();
-            *refs += 1;
+            let (units, refs, archived) = usage.entry(r.buyer).or_default();
+            if r.in_memory {
+                *refs += 1;
+            } else {
+                *archived += 1;
+            }
             if matches!(r.state, HoldState::Held | HoldState::Confirmed) {
                 *units += r.quantity;
             }
@@ -86,13 +148,13 @@ impl Gate {
         }
         let slots: Vec<_> = self.buyers.iter().collect();
         if slots.len() != usage.len()
-            || slots
-                .iter()
-                .any(|&(slot, _, units, refs)| usage.get(&slot) != Some(&(units, refs)))
+            || slots.iter().any(|&(slot, _, units, refs, archived)| {
+                usage.get(&slot) != Some(&(units, refs, archived))
+            })
         {
             return Err("per-buyer units or references disagree with records".into());
         }
-        if let Some((_, b, u, _)) = slots.iter().find(|s| s.2 > self.config.per_buyer_max) {
+        if let Some((_, b, u, _, _)) = slots.iter().find(|s| s.2 > self.config.per_buyer_max) {
             return Err(format!(
                 "buyer {b} has {u} units, above per_buyer_max {}",
                 self.config.per_buyer_max
@@ -101,8 +163,9 @@ impl Gate {
         // Every order and void not yet acked is in the outbox under its own
         // sequence, and only those (and stock totals) are.
         let mut pending = 0;
-        for (id, r) in self.store.iter() {
-            let Some(p) = self.store.paid(id) else {
+        for r in &records {
+            let id = r.id;
+            let Some(p) = &r.paid else {
                 continue;
             };
             let order = (p.outbox_seq, "order");

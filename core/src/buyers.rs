@@ -2,9 +2,12 @@
 //! buyer holds or bought.
 //!
 //! Reservations refer to a buyer by a 4-byte slot instead of carrying the id.
-//! A slot lives while any reservation record refers to it (`refs`), which is
-//! longer than the buyer has units: a tombstone still needs its buyer for
-//! idempotent replay and for the ownership check.
+//! A slot lives while any reservation record in memory refers to it
+//! (`refs`), which is longer than the buyer has units: a tombstone still
+//! needs its buyer for idempotent replay and for the ownership check. It
+//! also lives while the buyer has paid records in storage only
+//! (`archived`, see `archive.rs`): their units count against
+//! `per_buyer_max`, and only such a buyer's keys are looked up in storage.
 
 use std::hash::BuildHasher;
 
@@ -17,8 +20,10 @@ struct Entry {
     id: Box<str>,
     /// Units held plus confirmed.
     units: u32,
-    /// Reservation records that refer to this slot.
+    /// Reservation records in memory that refer to this slot.
     refs: u32,
+    /// Paid records of this buyer that live in storage only.
+    archived: u32,
 }
 
 #[derive(Default)]
@@ -79,6 +84,7 @@ impl Buyers {
             id: id.into(),
             units: 0,
             refs: 1,
+            archived: 0,
         };
         let slot = match self.free.pop() {
             Some(slot) => {
@@ -104,7 +110,46 @@ impl Buyers {
     pub fn release(&mut self, slot: BuyerSlot) {
         let e = self.entry_mut(slot);
         e.refs -= 1;
-        if e.refs > 0 {
+        self.free_if_unused(slot);
+    }
+
+    /// A paid record of this slot's buyer left memory for storage.
+    pub fn archive(&mut self, slot: BuyerSlot) {
+        let e = self.entry_mut(slot);
+        e.refs -= 1;
+        e.archived += 1;
+    }
+
+    /// A paid record of `id` comes back from storage into memory. The
+    /// buyer has a slot, since its archived records keep it.
+    pub fn unarchive(&mut self, id: &str) -> BuyerSlot {
+        let slot = self
+            .find(id)
+            .expect("a buyer with archived records has a slot");
+        let e = self.entry_mut(slot);
+        e.archived -= 1;
+        e.refs += 1;
+        slot
+    }
+
+    /// On restore, a paid record that stays in storage: the buyer keeps a
+    /// slot for it, with no record in memory.
+    pub fn restore_archived(&mut self, id: &str) -> BuyerSlot {
+        let slot = self.acquire(id, None);
+        let e = self.entry_mut(slot);
+        e.refs -= 1;
+        e.archived += 1;
+        slot
+    }
+
+    /// Paid records of the buyer in storage only.
+    pub fn archived(&self, slot: BuyerSlot) -> u32 {
+        self.entry(slot).archived
+    }
+
+    fn free_if_unused(&mut self, slot: BuyerSlot) {
+        let e = self.entry(slot);
+        if e.refs > 0 || e.archived > 0 {
             return;
         }
         debug_assert_eq!(e.units, 0, "a buyer with units has records");
@@ -148,11 +193,11 @@ impl Buyers {
             .unwrap_or(0)
     }
 
-    /// `(id, units, refs)` of every live slot. For audits.
-    pub fn iter(&self) -> impl Iterator<Item = (BuyerSlot, &str, u32, u32)> {
+    /// `(slot, id, units, refs, archived)` of every live slot. For audits.
+    pub fn iter(&self) -> impl Iterator<Item = (BuyerSlot, &str, u32, u32, u32)> {
         self.slots.iter().enumerate().filter_map(|(i, e)| {
             e.as_ref()
-                .map(|e| (i as BuyerSlot, &*e.id, e.units, e.refs))
+                .map(|e| (i as BuyerSlot, &*e.id, e.units, e.refs, e.archived))
         })
     }
 
@@ -164,15 +209,15 @@ impl Buyers {
                 self.index.len()
             ));
         }
-        for (slot, id, _, refs) in self.iter() {
+        for (slot, id, _, refs, archived) in self.iter() {
             if self.find(id) != Some(slot) {
                 return Err(format!("buyers: {id} is not found at its slot"));
             }
-            if refs == 0 {
+            if refs == 0 && archived == 0 {
                 return Err(format!("buyers: {id} has a slot but no records"));
             }
         }
-        let with_units = self.iter().filter(|&(_, _, u, _)| u > 0).count() as u64;
+        let with_units = self.iter().filter(|&(_, _, u, _, _)| u > 0).count() as u64;
         if with_units != self.with_units {
             return Err("buyers: count of buyers with units is wrong".into());
         }

@@ -10,6 +10,7 @@
 use std::collections::BTreeSet;
 
 use crate::admission::{Admission, Arrivals, Rules, Ticket};
+use crate::archive::Archive;
 use crate::buyers::Buyers;
 use crate::config::{limits, Config, ConfigPatch, Mode, Phase};
 use crate::outbox::{Outbox, OutboxEntry, OutboxEvent};
@@ -18,7 +19,7 @@ use crate::outcome::{
     ReservationId, ReserveOutcome, Voided,
 };
 use crate::pacing::Pacing;
-use crate::rows::ItemKey;
+use crate::rows::{ItemKey, ReservationRow};
 use crate::stats::{Counters, Levels, Stats};
 use crate::store::{HoldState, Paid, Reservation, Store, Void};
 
@@ -59,6 +60,57 @@ pub struct Gate {
     pub(crate) counters: Counters,
     /// Bounds the expiries and purges of one event (memory only).
     pub(crate) settling: Settling,
+    /// Paid records leave memory once their rows are taken, and are read
+    /// back from the archive (`archive.rs`). Set by the shell that stores
+    /// the rows; off, every record stays in memory.
+    pub(crate) archived: bool,
+}
+
+/// What a decision reads of one record, wherever it lives: in memory, or
+/// (paid and archived) in storage.
+#[derive(Clone, Debug)]
+struct Found {
+    quantity: u32,
+    state: HoldState,
+    expires_at_ms: u64,
+    paid: Option<Paid>,
+}
+
+impl Found {
+    fn confirmation(&self, id: ReservationId) -> Confirmation {
+        let paid = self.paid.as_ref().expect("a paid record has its payment");
+        Confirmation {
+            reservation_id: id,
+            quantity: self.quantity,
+            payment_ref: paid.payment_ref.to_string(),
+            confirmed_at_ms: paid.confirmed_at_ms,
+            outbox_seq: paid.outbox_seq,
+        }
+    }
+}
+
+/// The payment (and void) a paid row carries, checked against its state.
+pub(crate) fn paid_of(row: &ReservationRow) -> Result<Option<Paid>, &'static str> {
+    let void = match (row.voided_at_ms, row.void_seq) {
+        (Some(voided_at_ms), Some(outbox_seq)) if row.state == HoldState::Voided => Some(Void {
+            voided_at_ms,
+            outbox_seq,
+        }),
+        (None, None) if row.state != HoldState::Voided => None,
+        _ => return Err("void fields disagree with state"),
+    };
+    match (&row.payment_ref, row.confirmed_at_ms, row.outbox_seq) {
+        (Some(payment_ref), Some(confirmed_at_ms), Some(outbox_seq)) if row.state.paid() => {
+            Ok(Some(Paid {
+                payment_ref: payment_ref.as_str().into(),
+                confirmed_at_ms,
+                outbox_seq,
+                void,
+            }))
+        }
+        (None, None, None) if !row.state.paid() => Ok(None),
+        _ => Err("payment fields disagree with state"),
+    }
 }
 
 /// How much settling the current event may still do. An event is one
@@ -176,7 +228,82 @@ impl Gate {
             dirty: Dirty::default(),
             counters: Counters::default(),
             settling: Settling::default(),
+            archived: false,
         }
+    }
+
+    /// From now on, paid records leave memory once `take_changes` has
+    /// handed their rows over, and every call that may name one must be
+    /// given the storage they went to. Only a shell that writes every
+    /// change it takes may set this.
+    pub fn set_archived(&mut self) {
+        self.archived = true;
+    }
+
+    pub fn is_archived(&self) -> bool {
+        self.archived
+    }
+
+    /// Record `id` if `buyer` made it, from memory or the archive. Another
+    /// buyer's record reads as unknown, so ids reveal nothing.
+    fn find_owned(&self, archive: &dyn Archive, id: ReservationId, buyer: &str) -> Option<Found> {
+        if let Some(r) = self.owned(id, buyer) {
+            return Some(Found {
+                quantity: r.quantity,
+                state: r.state,
+                expires_at_ms: r.expires_at_ms,
+                paid: self.store.paid(id).cloned(),
+            });
+        }
+        if !self.archived {
+            return None;
+        }
+        let row = archive.paid(id).filter(|r| r.buyer == buyer)?;
+        Self::found(&row)
+    }
+
+    fn found(row: &ReservationRow) -> Option<Found> {
+        // Every archived row was written by this gate and checked at load,
+        // so a row that does not parse is a bug; it reads as unknown.
+        let paid = paid_of(row);
+        debug_assert!(paid.is_ok(), "archived row {} is corrupt", row.id);
+        Some(Found {
+            quantity: row.quantity,
+            state: row.state,
+            expires_at_ms: row.expires_at_ms,
+            paid: paid.ok()?,
+        })
+    }
+
+    /// Brings archived record `id` back into memory for a change; the next
+    /// `take_changes` writes and archives it again.
+    fn fault_in(&mut self, archive: &dyn Archive, id: ReservationId) -> bool {
+        if !self.archived || self.store.get(id).is_some() {
+            return self.store.get(id).is_some();
+        }
+        let Some(row) = archive.paid(id) else {
+            return false;
+        };
+        let Ok(Some(paid)) = paid_of(&row) else {
+            debug_assert!(false, "archived row {id} is corrupt");
+            return false;
+        };
+        let slot = self.buyers.unarchive(&row.buyer);
+        // Marked, so that `take_changes` archives it again even if the
+        // caller then changes nothing.
+        self.dirty.keys.push(ItemKey::Reservation(id));
+        self.store.insert(
+            id,
+            Reservation {
+                buyer: slot,
+                idem_key: row.idem_key.into(),
+                expires_at_ms: row.expires_at_ms,
+                quantity: row.quantity,
+                state: row.state,
+            },
+            Some(paid),
+        );
+        true
     }
 
     /// I1, checked wherever units move. A failure is a bug, not an outcome.
@@ -217,6 +344,7 @@ impl Gate {
     /// buyer's `ticket`, as the edge verified it, and its turn to have come.
     pub fn reserve(
         &mut self,
+        archive: &dyn Archive,
         now_ms: u64,
         buyer: &str,
         idem_key: &str,
@@ -224,13 +352,14 @@ impl Gate {
         ticket: Option<Ticket>,
     ) -> ReserveOutcome {
         self.settle(now_ms);
-        let outcome = self.reserve_decide(now_ms, buyer, idem_key, quantity, ticket);
+        let outcome = self.reserve_decide(archive, now_ms, buyer, idem_key, quantity, ticket);
         self.counters.count_reserve(outcome.kind());
         outcome
     }
 
     fn reserve_decide(
         &mut self,
+        archive: &dyn Archive,
         now_ms: u64,
         buyer: &str,
         idem_key: &str,
@@ -247,12 +376,24 @@ impl Gate {
         // a retry gets its first answer even after the sale closed. A buyer
         // with no slot has no records, so no key to replay.
         let slot = self.buyers.find(buyer);
-        if let Some(id) = slot.and_then(|slot| self.store.find_idem(slot, idem_key)) {
-            let r = self.store.get(id).expect("indexed record exists");
-            return if r.quantity == quantity {
+        let resident = slot
+            .and_then(|slot| self.store.find_idem(slot, idem_key))
+            .map(|id| {
+                let r = self.store.get(id).expect("indexed record exists");
+                (id, r.quantity, r.expires_at_ms)
+            });
+        // Only a buyer with archived records can have a key in storage, so
+        // everyone else is decided without reading it.
+        let stored = || {
+            let slot = slot.filter(|&s| self.archived && self.buyers.archived(s) > 0)?;
+            let row = archive.paid_by_key(self.buyers.id(slot), idem_key)?;
+            Some((row.id, row.quantity, row.expires_at_ms))
+        };
+        if let Some((id, q, expires_at_ms)) = resident.or_else(stored) {
+            return if q == quantity {
                 ReserveOutcome::Replayed {
                     reservation_id: id,
-                    expires_at_ms: r.expires_at_ms,
+                    expires_at_ms,
                     quantity,
                 }
             } else {
@@ -367,6 +508,7 @@ impl Gate {
     /// Pays for a held reservation. Only the buyer who holds it may confirm.
     pub fn confirm(
         &mut self,
+        archive: &dyn Archive,
         now_ms: u64,
         id: ReservationId,
         buyer: &str,
@@ -376,13 +518,14 @@ impl Gate {
         if self.owned(id, buyer).is_some() {
             self.settle_one(now_ms, id);
         }
-        let outcome = self.confirm_decide(now_ms, id, buyer, payment_ref);
+        let outcome = self.confirm_decide(archive, now_ms, id, buyer, payment_ref);
         self.counters.count_confirm(outcome.kind());
         outcome
     }
 
     fn confirm_decide(
         &mut self,
+        archive: &dyn Archive,
         now_ms: u64,
         id: ReservationId,
         buyer: &str,
@@ -391,12 +534,12 @@ impl Gate {
         if !field_ok(payment_ref, limits::PAYMENT_REF_BYTES_MAX) {
             return ConfirmOutcome::InvalidInput(InvalidInput::PaymentRef);
         }
-        let Some(r) = self.owned(id, buyer) else {
+        let Some(r) = self.find_owned(archive, id, buyer) else {
             return ConfirmOutcome::Unknown;
         };
         match r.state {
             HoldState::Held => {}
-            HoldState::Confirmed => return ConfirmOutcome::Confirmed(self.confirmation(id)),
+            HoldState::Confirmed => return ConfirmOutcome::Confirmed(r.confirmation(id)),
             HoldState::Cancelled => return ConfirmOutcome::Cancelled,
             HoldState::Expired => return ConfirmOutcome::Expired,
             HoldState::Voided => return ConfirmOutcome::Voided,
@@ -455,12 +598,18 @@ impl Gate {
     }
 
     /// Gives a held reservation's units back. Only its buyer may cancel.
-    pub fn cancel(&mut self, now_ms: u64, id: ReservationId, buyer: &str) -> CancelOutcome {
+    pub fn cancel(
+        &mut self,
+        archive: &dyn Archive,
+        now_ms: u64,
+        id: ReservationId,
+        buyer: &str,
+    ) -> CancelOutcome {
         self.settle(now_ms);
         if self.owned(id, buyer).is_some() {
             self.settle_one(now_ms, id);
         }
-        let outcome = match self.owned(id, buyer) {
+        let outcome = match self.find_owned(archive, id, buyer) {
             None => CancelOutcome::Unknown,
             Some(r) => match r.state {
                 HoldState::Confirmed => CancelOutcome::AlreadyConfirmed,
@@ -507,32 +656,38 @@ impl Gate {
     /// about reservations it does not own. Reading changes nothing.
     pub fn reservation(
         &self,
+        archive: &dyn Archive,
         now_ms: u64,
         id: ReservationId,
         buyer: &str,
     ) -> Option<ReservationView> {
-        let r = self.owned(id, buyer)?;
+        let r = self.find_owned(archive, id, buyer)?;
         let state = if r.state == HoldState::Held && now_ms >= r.expires_at_ms {
             HoldState::Expired
         } else {
             r.state
         };
-        let paid = self.store.paid(id);
         Some(ReservationView {
             id,
             quantity: r.quantity,
             state,
             expires_at_ms: r.expires_at_ms,
-            confirmation: paid.map(|_| self.confirmation(id)),
-            voided_at_ms: paid.and_then(|p| p.void).map(|v| v.voided_at_ms),
+            confirmation: r.paid.as_ref().map(|_| r.confirmation(id)),
+            voided_at_ms: r.paid.and_then(|p| p.void).map(|v| v.voided_at_ms),
         })
     }
 
     /// Voids a confirmed order, as an admin's refund: its units go back to
     /// stock, the buyer's count drops, and the void enters the outbox for
     /// the origin. Voiding a voided order again returns the same answer.
-    pub fn void(&mut self, now_ms: u64, id: ReservationId) -> Result<Voided, AdminRefusal> {
+    pub fn void(
+        &mut self,
+        archive: &dyn Archive,
+        now_ms: u64,
+        id: ReservationId,
+    ) -> Result<Voided, AdminRefusal> {
         self.settle(now_ms);
+        self.fault_in(archive, id);
         let r = self.store.get(id).ok_or(AdminRefusal::UnknownReservation)?;
         let quantity = r.quantity;
         match r.state {

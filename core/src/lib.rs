@@ -17,6 +17,7 @@
 //!   outbox in the same call (for I2).
 
 pub mod admission;
+pub mod archive;
 mod audit;
 mod buyers;
 pub mod config;
@@ -31,6 +32,7 @@ pub mod stats;
 mod store;
 
 pub use admission::{Admission, Arrivals, QueueKey, Rules, Ticket, Watermark};
+pub use archive::{Archive, NoArchive};
 pub use config::{limits, Config, ConfigError, ConfigPatch, Mode, Phase};
 pub use gate::{Gate, ReservationView};
 pub use mix::splitmix64;

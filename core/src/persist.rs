@@ -2,15 +2,19 @@
 //! rebuild of a gate from its rows (the persistence contract of `rows.rs`).
 
 use crate::config::limits;
-use crate::gate::{field_ok, Gate};
+use crate::gate::{field_ok, paid_of, Gate};
 use crate::outbox::{Outbox, OutboxEvent};
 use crate::outcome::ReservationId;
 use crate::rows::{Change, ItemKey, MetaRow, ReservationRow, RestoreError, Row, RowKey};
-use crate::store::{HoldState, Paid, Reservation, Void};
+use crate::store::{HoldState, Reservation};
 
 impl Gate {
     /// The rows to write for everything that changed since the last call, in
     /// key order, each once. Deleted rows come as `Change::Delete`.
+    ///
+    /// An archived gate forgets each paid record whose row it hands over
+    /// here: from now on it is read back from storage (`archive.rs`). So the
+    /// caller must write every change it takes, or discard the gate.
     pub fn take_changes(&mut self) -> Vec<Change> {
         let mut keys = std::mem::take(&mut self.dirty.keys);
         if keys.len() > 1 {
@@ -32,6 +36,12 @@ impl Gate {
                 ItemKey::Reservation(id) => self.store.get(id).map(|_| self.reservation_row(id)),
                 ItemKey::Outbox(seq) => self.outbox.get(seq).cloned().map(Row::Outbox),
             };
+            if let (ItemKey::Reservation(id), Some(Row::Reservation(r))) = (key, &row) {
+                if self.archived && r.state.paid() {
+                    let record = self.store.remove(id);
+                    self.buyers.archive(record.buyer);
+                }
+            }
             out.push(match row {
                 Some(row) => Change::Put(row),
                 None => Change::Delete(key),
@@ -74,8 +84,9 @@ impl Gate {
         }
     }
 
-    /// Every row of the gate, in key order: what storage holds once every
-    /// change has been written.
+    /// Every row the gate holds in memory, in key order: what storage holds
+    /// once every change has been written, less the paid records an
+    /// archived gate has handed over.
     pub fn rows(&self) -> Vec<Row> {
         let mut rows = vec![
             Row::Meta(self.meta_row()),
@@ -88,8 +99,22 @@ impl Gate {
     }
 
     /// Rebuilds a gate from its rows, checking that they are consistent.
-    /// The rows may come in any order.
+    /// The rows may come in any order. The gate keeps every record in
+    /// memory; `Restorer::archived` builds one that leaves paid records in
+    /// storage.
     pub fn restore(rows: impl IntoIterator<Item = Row>) -> Result<Gate, RestoreError> {
+        Self::restore_into(Restorer::default(), rows)
+    }
+
+    /// As `restore`, with paid records left in storage (an archived gate).
+    pub fn restore_archived(rows: impl IntoIterator<Item = Row>) -> Result<Gate, RestoreError> {
+        Self::restore_into(Restorer::archived(), rows)
+    }
+
+    fn restore_into(
+        mut restorer: Restorer,
+        rows: impl IntoIterator<Item = Row>,
+    ) -> Result<Gate, RestoreError> {
         let mut rows: Vec<Row> = rows.into_iter().collect();
         // The restorer takes the singletons first and reservations by id.
         rows.sort_by_key(|r| match r {
@@ -97,7 +122,6 @@ impl Gate {
             Row::Reservation(r) => (1, r.id),
             Row::Outbox(e) => (2, e.seq),
         });
-        let mut restorer = Restorer::default();
         for row in rows {
             restorer.push(row)?;
         }
@@ -121,9 +145,24 @@ pub struct Restorer {
     last_id: Option<ReservationId>,
     early: Vec<ReservationRow>,
     outbox: Vec<crate::outbox::OutboxEntry>,
+    /// Build an archived gate: paid records stay in storage.
+    archive: bool,
+    /// `id -> (order seq, void seq)` of the paid records left in storage
+    /// whose order or void may still be in the outbox, for the links the
+    /// outbox is checked against.
+    links: hashbrown::HashMap<ReservationId, (u64, Option<u64>)>,
 }
 
 impl Restorer {
+    /// A restorer of an archived gate (`Gate::set_archived`): paid records
+    /// are checked and counted, and left in storage.
+    pub fn archived() -> Restorer {
+        Restorer {
+            archive: true,
+            ..Restorer::default()
+        }
+    }
+
     /// Takes one row; checks what can be checked of it alone.
     pub fn push(&mut self, row: Row) -> Result<(), RestoreError> {
         match row {
@@ -187,6 +226,7 @@ impl Restorer {
             ),
         );
         gate.admission = admission;
+        gate.archived = self.archive;
         self.gate = Some(gate);
         let mut early = std::mem::take(&mut self.early);
         early.sort_unstable_by_key(|r| r.id);
@@ -221,33 +261,22 @@ impl Restorer {
             return bad("buyer or key out of bounds");
         }
         let known = gate.buyers.find(&row.buyer);
+        // Keys of archived records are not indexed in memory; storage's
+        // unique index over (buyer, key) keeps them apart.
         if known.is_some_and(|slot| gate.store.find_idem(slot, &row.idem_key).is_some()) {
             return bad("idempotency key used twice");
         }
-        let void = match (row.voided_at_ms, row.void_seq) {
-            (Some(voided_at_ms), Some(outbox_seq)) if row.state == HoldState::Voided => {
-                Some(Void {
-                    voided_at_ms,
-                    outbox_seq,
-                })
-            }
-            (None, None) if row.state != HoldState::Voided => None,
-            _ => return bad("void fields disagree with state"),
-        };
-        let paid = match (row.payment_ref, row.confirmed_at_ms, row.outbox_seq) {
-            (Some(payment_ref), Some(confirmed_at_ms), Some(outbox_seq)) if row.state.paid() => {
-                Some(Paid {
-                    payment_ref: payment_ref.into(),
-                    confirmed_at_ms,
-                    outbox_seq,
-                    void,
-                })
-            }
-            (None, None, None) if !row.state.paid() => None,
-            _ => return bad("payment fields disagree with state"),
+        let paid = match paid_of(&row) {
+            Ok(paid) => paid,
+            Err(why) => return bad(why),
         };
         let quantity = u64::from(row.quantity);
-        let buyer = gate.buyers.acquire(&row.buyer, Some(known));
+        let stays_in_storage = self.archive && row.state.paid();
+        let buyer = if stays_in_storage {
+            gate.buyers.restore_archived(&row.buyer)
+        } else {
+            gate.buyers.acquire(&row.buyer, Some(known))
+        };
         if matches!(row.state, HoldState::Held | HoldState::Confirmed) {
             gate.buyers.add_units(buyer, row.quantity);
         }
@@ -266,6 +295,15 @@ impl Restorer {
                     .insert((row.expires_at_ms.saturating_add(window), id));
                 gate.tombstones += 1;
             }
+        }
+        if stays_in_storage {
+            let p = paid.expect("a paid row has its payment");
+            let acked = gate.outbox.acked_seq;
+            let void_seq = p.void.map(|v| v.outbox_seq);
+            if p.outbox_seq > acked || void_seq.is_some_and(|s| s > acked) {
+                self.links.insert(id, (p.outbox_seq, void_seq));
+            }
+            return Ok(());
         }
         gate.store.insert(
             id,
@@ -305,17 +343,21 @@ impl Restorer {
             }
             // Each order and void names its reservation, which must name it
             // back by the same sequence number.
+            let links = &self.links;
+            let seqs = |id: &ReservationId| {
+                gate.store
+                    .paid(*id)
+                    .map(|p| (p.outbox_seq, p.void.map(|v| v.outbox_seq)))
+                    .or_else(|| links.get(id).copied())
+            };
             let linked = match &entry.event {
                 OutboxEvent::Stock { stock_total, .. } => *stock_total <= limits::STOCK_UNITS_MAX,
-                OutboxEvent::Order { reservation_id, .. } => gate
-                    .store
-                    .paid(*reservation_id)
-                    .is_some_and(|p| p.outbox_seq == entry.seq),
-                OutboxEvent::Void { reservation_id, .. } => gate
-                    .store
-                    .paid(*reservation_id)
-                    .and_then(|p| p.void)
-                    .is_some_and(|v| v.outbox_seq == entry.seq),
+                OutboxEvent::Order { reservation_id, .. } => {
+                    seqs(reservation_id).is_some_and(|(order, _)| order == entry.seq)
+                }
+                OutboxEvent::Void { reservation_id, .. } => {
+                    seqs(reservation_id).is_some_and(|(_, void)| void == Some(entry.seq))
+                }
             };
             if !linked {
                 return Err(RestoreError::BadReservation(
@@ -329,16 +371,17 @@ impl Restorer {
         // And the other way: every order and void not yet acked has its
         // entry, so no stored sale or refund can miss the origin.
         let acked = gate.outbox.acked_seq;
-        for (id, _) in gate.store.iter() {
-            let Some(paid) = gate.store.paid(id) else {
-                continue;
-            };
-            let mut links = vec![(
-                paid.outbox_seq,
-                "confirmed reservation without its outbox entry",
-            )];
-            if let Some(v) = paid.void {
-                links.push((v.outbox_seq, "voided reservation without its outbox entry"));
+        let resident = gate.store.iter().filter_map(|(id, _)| {
+            let p = gate.store.paid(id)?;
+            Some((id, (p.outbox_seq, p.void.map(|v| v.outbox_seq))))
+        });
+        let paid: Vec<_> = resident
+            .chain(self.links.iter().map(|(&id, &seqs)| (id, seqs)))
+            .collect();
+        for (id, (order_seq, void_seq)) in paid {
+            let mut links = vec![(order_seq, "confirmed reservation without its outbox entry")];
+            if let Some(v) = void_seq {
+                links.push((v, "voided reservation without its outbox entry"));
             }
             for (seq, why) in links {
                 let entry_ok = gate

@@ -1,6 +1,7 @@
 //! Property tests, one group per operation. Proptest prints the shrunk input
 //! of any failure.
 
+use flashgate_core::NoArchive;
 use flashgate_core::{
     AckOutcome, CancelOutcome, Change, Config, ConfirmOutcome, Gate, HoldState, ReserveOutcome, Row,
 };
@@ -53,7 +54,7 @@ fn apply(g: &mut Gate, now: &mut u64, op: &Op) -> Result<(), TestCaseError> {
         Op::Reserve { buyer, key, qty } => {
             let b = format!("b{buyer}");
             let k = format!("k{key}");
-            let out = g.reserve(*now, &b, &k, qty, None);
+            let out = g.reserve(&NoArchive, *now, &b, &k, qty, None);
             let settled = g.stats(*now);
             match out {
                 ReserveOutcome::Reserved {
@@ -65,10 +66,10 @@ fn apply(g: &mut Gate, now: &mut u64, op: &Op) -> Result<(), TestCaseError> {
                     prop_assert_eq!(expires_at_ms, *now + g.config().hold_ttl_ms);
                     prop_assert_eq!(settled.held, before.held + u64::from(qty));
                     prop_assert_eq!(settled.available + u64::from(qty), before.available);
-                    let v = g.reservation(*now, reservation_id, &b).unwrap();
+                    let v = g.reservation(&NoArchive, *now, reservation_id, &b).unwrap();
                     prop_assert_eq!(v.state, HoldState::Held);
                     // Replaying it is answered from the record and takes nothing.
-                    let again = g.reserve(*now, &b, &k, qty, None);
+                    let again = g.reserve(&NoArchive, *now, &b, &k, qty, None);
                     prop_assert_eq!(
                         again,
                         ReserveOutcome::Replayed {
@@ -101,7 +102,7 @@ fn apply(g: &mut Gate, now: &mut u64, op: &Op) -> Result<(), TestCaseError> {
         }
         Op::Confirm { id, buyer } => {
             let b = format!("b{buyer}");
-            let out = g.confirm(*now, id, &b, "pay");
+            let out = g.confirm(&NoArchive, *now, id, &b, "pay");
             let after = g.stats(*now);
             let was_held = before.held != after.held;
             if let ConfirmOutcome::Confirmed(c) = &out {
@@ -114,7 +115,7 @@ fn apply(g: &mut Gate, now: &mut u64, op: &Op) -> Result<(), TestCaseError> {
                     prop_assert_eq!(after.sold, before.sold);
                 }
                 // Confirming again returns the same data and changes nothing.
-                prop_assert_eq!(g.confirm(*now, id, &b, "other"), out.clone());
+                prop_assert_eq!(g.confirm(&NoArchive, *now, id, &b, "other"), out.clone());
                 prop_assert_eq!(g.stats(*now).sold, after.sold);
             } else {
                 prop_assert_eq!(after.sold, before.sold);
@@ -123,9 +124,9 @@ fn apply(g: &mut Gate, now: &mut u64, op: &Op) -> Result<(), TestCaseError> {
         Op::Cancel { id, buyer } => {
             let b = format!("b{buyer}");
             let held_before = g
-                .reservation(*now, id, &b)
+                .reservation(&NoArchive, *now, id, &b)
                 .filter(|v| v.state == HoldState::Held);
-            let out = g.cancel(*now, id, &b);
+            let out = g.cancel(&NoArchive, *now, id, &b);
             let after = g.stats(*now);
             if let (CancelOutcome::Cancelled { quantity }, Some(v)) = (out, held_before) {
                 prop_assert_eq!(quantity, v.quantity);
@@ -151,7 +152,7 @@ fn apply(g: &mut Gate, now: &mut u64, op: &Op) -> Result<(), TestCaseError> {
             prop_assert_eq!(after.stock_total, before.stock_total + n);
         }
     }
-    g.audit().map_err(TestCaseError::fail)?;
+    g.audit(&NoArchive).map_err(TestCaseError::fail)?;
     let s = g.stats(*now);
     prop_assert_eq!(s.available + s.held + s.sold, s.stock_total);
     Ok(())
@@ -222,10 +223,10 @@ proptest! {
         let mut g = Gate::new(0, Config { per_buyer_max: 1, quantity_max: 1, ..Config::default() }, n as u64).unwrap();
         for i in 0..n {
             let b = format!("b{i}");
-            let ReserveOutcome::Reserved { reservation_id, .. } = g.reserve(0, &b, "k", 1, None) else {
+            let ReserveOutcome::Reserved { reservation_id, .. } = g.reserve(&NoArchive, 0, &b, "k", 1, None) else {
                 return Err(TestCaseError::fail("reserve refused"));
             };
-            let confirmed = matches!(g.confirm(1, reservation_id, &b, "p"), ConfirmOutcome::Confirmed(_));
+            let confirmed = matches!(g.confirm(&NoArchive, 1, reservation_id, &b, "p"), ConfirmOutcome::Confirmed(_));
             prop_assert!(confirmed);
         }
         let mut now = 2;

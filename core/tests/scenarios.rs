@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 
 use expect_test::{expect, Expect};
+use flashgate_core::NoArchive;
 use flashgate_core::{Change, Config, Gate, Mode, OutboxEvent, Row, RowKey};
 
 fn parse_config(line: &str) -> (Config, u64) {
@@ -67,9 +68,12 @@ impl Harness {
         let num = |i: usize| -> u64 { w[i].parse().expect("number") };
         let g = &mut self.gate;
         match w[0] {
-            "reserve" => format!("{:?}", g.reserve(now, w[1], w[2], num(3) as u32, None)),
-            "confirm" => format!("{:?}", g.confirm(now, num(1), w[2], w[3])),
-            "cancel" => format!("{:?}", g.cancel(now, num(1), w[2])),
+            "reserve" => format!(
+                "{:?}",
+                g.reserve(&NoArchive, now, w[1], w[2], num(3) as u32, None)
+            ),
+            "confirm" => format!("{:?}", g.confirm(&NoArchive, now, num(1), w[2], w[3])),
+            "cancel" => format!("{:?}", g.cancel(&NoArchive, now, num(1), w[2])),
             "timeout" => format!("expired {}", g.handle_timeout(now)),
             "next" => format!("{:?}", g.poll_timeout()),
             "add" => format!("{:?}", g.add_units(now, num(1))),
@@ -77,7 +81,11 @@ impl Harness {
             "pause" => format!("{:?}", g.set_mode(now, Mode::Paused)),
             "resume" => format!("{:?}", g.set_mode(now, Mode::Active)),
             "close" => format!("{:?}", g.set_mode(now, Mode::Closed)),
-            "state" => format!("{:?}", g.reservation(now, num(1), w[2]).map(|v| v.state)),
+            "state" => format!(
+                "{:?}",
+                g.reservation(&NoArchive, now, num(1), w[2])
+                    .map(|v| v.state)
+            ),
             "poll" => {
                 let batch = g.poll_outbox(now, num(1) as usize);
                 let events: Vec<String> = batch
@@ -96,7 +104,7 @@ impl Harness {
                     .collect();
                 format!("{events:?}")
             }
-            "void" => format!("{:?}", g.void(now, num(1))),
+            "void" => format!("{:?}", g.void(&NoArchive, now, num(1))),
             "ack" => format!("{:?}", g.ack_outbox(num(1))),
             "nack" => format!("{:?}", g.nack_outbox(now, num(1))),
             "stats" => {
@@ -144,7 +152,7 @@ fn check(config: &str, script: &str, want: Expect) {
         let now: u64 = now.parse().expect("now_ms");
         let got = h.run_op(now, op);
         h.gate
-            .audit()
+            .audit(&NoArchive)
             .unwrap_or_else(|e| panic!("after `{line}`: {e}"));
         h.flush();
         transcript.push_str(&format!("{line} -> {got}\n"));

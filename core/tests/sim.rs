@@ -526,6 +526,11 @@ impl Sim {
             flashgate_core::limits::SETTLE_PER_EVENT_MAX
         };
         gate.set_settle_per_event_max(settle_max);
+        // Half the seeds run an archived gate, as the Durable Object does:
+        // paid records leave memory for storage, and are read back from it.
+        if rng.chance(50) {
+            gate.set_archived();
+        }
         let mut adm = Admission::default();
         adm.checkpoint(
             now,
@@ -675,7 +680,9 @@ impl Sim {
                 self.sent.push((buyer.clone(), key.clone(), qty));
                 let ticket = self.ticket();
                 let want = self.model.reserve(self.now, &buyer, &key, qty, ticket);
-                let got = self.gate.reserve(self.now, &buyer, &key, qty, ticket);
+                let got = self
+                    .gate
+                    .reserve(&self.storage, self.now, &buyer, &key, qty, ticket);
                 desc = format!("reserve({buyer}, {key}, {qty}, {ticket:?}) -> {got:?}");
                 self.count("reserve", got.code());
                 assert_eq!(got, want, "{desc}");
@@ -691,7 +698,9 @@ impl Sim {
                     n => format!("pay-{n}"),
                 };
                 let want = self.model.confirm(self.now, id, &buyer, &pref);
-                let got = self.gate.confirm(self.now, id, &buyer, &pref);
+                let got = self
+                    .gate
+                    .confirm(&self.storage, self.now, id, &buyer, &pref);
                 desc = format!("confirm({id}, {buyer}, {pref}) -> {got:?}");
                 self.count("confirm", got.code());
                 assert_eq!(got, want, "{desc}");
@@ -699,7 +708,7 @@ impl Sim {
             52..=57 => {
                 let (id, buyer) = self.some_id();
                 let want = self.model.cancel(self.now, id, &buyer);
-                let got = self.gate.cancel(self.now, id, &buyer);
+                let got = self.gate.cancel(&self.storage, self.now, id, &buyer);
                 desc = format!("cancel({id}, {buyer}) -> {got:?}");
                 self.count("cancel", got.code());
                 assert_eq!(got, want, "{desc}");
@@ -863,7 +872,12 @@ impl Sim {
                 // A persistence round trip: rebuild from storage alone.
                 self.write_changes();
                 let rows: Vec<Row> = self.storage.values().cloned().collect();
-                let restored = Gate::restore(rows).expect("storage restores");
+                let restored = if self.gate.is_archived() {
+                    Gate::restore_archived(rows)
+                } else {
+                    Gate::restore(rows)
+                }
+                .expect("storage restores");
                 assert_eq!(
                     restored.rows(),
                     self.gate.rows(),
@@ -960,7 +974,7 @@ impl Sim {
                     self.rng.range(0, m.next_id + 2)
                 };
                 let want = m.void(now, id);
-                let got = self.gate.void(now, id);
+                let got = self.gate.void(&self.storage, now, id);
                 assert_eq!(got, want, "void({id})");
                 format!("void({id}) -> {got:?}")
             }
@@ -1016,7 +1030,7 @@ impl Sim {
     }
 
     fn check(&mut self) {
-        self.gate.audit().expect("audit");
+        self.gate.audit(&self.storage).expect("audit");
         // The model settles timeouts exactly where the gate does (at the start
         // of every handle call), so both see the same state at every step.
         let s = self.gate.stats(self.now);
@@ -1081,14 +1095,28 @@ impl Sim {
             ),
             "waiting room (reported, admitted, advancing)"
         );
-        // Storage, fed only by take_changes, is exactly the gate's rows.
+        // Storage, fed only by take_changes, is exactly the gate's rows; an
+        // archived gate holds them all but the paid records, which it has
+        // handed to storage and keeps none of.
         self.write_changes();
-        let rows: Vec<&Row> = self.storage.values().collect();
+        let archived = self.gate.is_archived();
+        let paid = |r: &&Row| matches!(r, Row::Reservation(r) if r.state.paid());
+        let rows: Vec<&Row> = self
+            .storage
+            .values()
+            .filter(|r| !(archived && paid(r)))
+            .collect();
         let want_rows = self.gate.rows();
         assert!(
             rows.iter().copied().eq(want_rows.iter()),
             "storage differs from the gate's rows"
         );
+        if archived {
+            assert!(
+                !want_rows.iter().any(|r| paid(&r)),
+                "an archived gate kept a paid record in memory"
+            );
+        }
     }
 }
 

@@ -67,6 +67,16 @@ impl SqlDb for DoSql {
         cursor.next::<T>().map(|r| r.map_err(failed)).collect()
     }
 
+    fn query_with<T: DeserializeOwned>(
+        &mut self,
+        sql: &str,
+        params: &[SqlValue],
+    ) -> Result<Vec<T>, StorageError> {
+        let bindings = (!params.is_empty()).then(|| params.iter().map(value).collect());
+        let cursor = self.sql.exec(sql, bindings).map_err(failed)?;
+        cursor.next::<T>().map(|r| r.map_err(failed)).collect()
+    }
+
     fn query_each<T: DeserializeOwned>(
         &mut self,
         sql: &str,

@@ -83,3 +83,74 @@ test("every acknowledged reserve and confirm survives a SIGKILL", async () => {
     await gate.stop();
   }
 });
+
+// A paid order leaves the object's memory once written
+// (flashgate_core::archive): every request that names it afterwards is
+// answered from SQLite, before and after a SIGKILL, and a void brings it
+// back for the change.
+test("paid orders are answered from storage: replays, reads, the buyer's limit and a void, across a SIGKILL", async () => {
+  const stateDir = join(mkdtempSync(join(tmpdir(), "flashgate-archive-")), "state");
+  let gate = await startGate({ stateDir });
+  let api = client(gate.url);
+  const P = "archived";
+  try {
+    const put = await api.put(P, { stock_total: 10, per_buyer_max: 3, quantity_max: 3, hold_ttl_ms: 600_000 });
+    assert.equal(put.status, 201, JSON.stringify(put.body));
+    const first = await api.reserve(P, "ann", 2, "ann-key-1");
+    assert.equal(first.status, 201, JSON.stringify(first.body));
+    const rid = first.body.reservation_id;
+    const paid = await api.confirm(P, "ann", rid, "pay-ann-1");
+    assert.equal(paid.status, 200, JSON.stringify(paid.body));
+
+    const checks = async (when) => {
+      const msg = (m, body) => why(`${when}: ${m}: ${JSON.stringify(body)}`);
+      const replay = await api.reserve(P, "ann", 2, "ann-key-1");
+      assert.equal(replay.status, 200, msg("replay", replay.body));
+      assert.equal(replay.body.reservation_id, rid, msg("replay id", replay.body));
+      assert.equal(replay.headers.get("idempotent-replayed"), "true");
+      const conflict = await api.reserve(P, "ann", 1, "ann-key-1");
+      assert.equal(conflict.status, 422, msg("same key, other quantity", conflict.body));
+      assert.equal(conflict.body.code, "idempotency_conflict", msg("code", conflict.body));
+      const again = await api.confirm(P, "ann", rid, "pay-other");
+      assert.equal(again.status, 200, msg("confirm again", again.body));
+      assert.deepEqual(again.body, paid.body, msg("the first confirmation", again.body));
+      const cancel = await api.cancel(P, "ann", rid);
+      assert.equal(cancel.status, 409, msg("cancel", cancel.body));
+      const read = await api.reservation(P, "ann", rid);
+      assert.equal(read.status, 200, msg("read", read.body));
+      assert.equal(read.body.state, "confirmed", msg("read state", read.body));
+      // Another buyer learns nothing of it, and cannot pay or cancel it.
+      assert.equal((await api.reservation(P, "bob", rid)).status, 404, msg("bob reads ann's", {}));
+      assert.equal((await api.cancel(P, "bob", rid)).status, 404, msg("bob cancels ann's", {}));
+      assert.equal((await api.confirm(P, "bob", rid)).status, 404, msg("bob pays ann's", {}));
+      // Her paid units still count against her limit: 2 of 3.
+      const over = await api.reserve(P, "ann", 2, `ann-over-${when.replaceAll(" ", "-")}`);
+      assert.equal(over.status, 403, msg("over the buyer's limit", over.body));
+      assert.equal(over.body.code, "buyer_limit", msg("code", over.body));
+      assert.equal(over.body.remaining, 1, msg("remaining", over.body));
+      const s = (await api.stats(P)).body;
+      assert.equal(s.sold, 2, msg("sold", s));
+      assert.equal(s.available + s.held + s.sold, s.stock_total, msg("I1", s));
+    };
+    await checks("before the kill");
+    await gate.kill();
+    gate = await startGate({ stateDir });
+    api = client(gate.url);
+    await checks("after the restart");
+
+    // A void reads the order back, refunds it, and answers the same again.
+    const v = await api.void(P, rid);
+    assert.equal(v.status, 200, why(JSON.stringify(v.body)));
+    const v2 = await api.void(P, rid);
+    assert.deepEqual(v2.body, v.body, why("a second void answers the same"));
+    const read = await api.reservation(P, "ann", rid);
+    assert.equal(read.body.state, "voided", why(JSON.stringify(read.body)));
+    const s = (await api.stats(P)).body;
+    assert.equal(s.sold, 0, why(JSON.stringify(s)));
+    // Her limit is free again.
+    const more = await api.reserve(P, "ann", 3, "ann-key-2");
+    assert.equal(more.status, 201, why(JSON.stringify(more.body)));
+  } finally {
+    await gate.stop();
+  }
+});

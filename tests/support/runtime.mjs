@@ -48,9 +48,10 @@ export function wranglerRateLimits() {
  * definition so that a test cannot drift from it. */
 export function coreLimit(name) {
   const src = readFileSync(join(ROOT, "core/src/config.rs"), "utf8");
-  const m = new RegExp(`pub const ${name}: \\w+ = ([0-9_]+);`).exec(src);
+  const m = new RegExp(`pub const ${name}: \\w+ = ([0-9_]+|[A-Z][A-Z0-9_]*);`).exec(src);
   if (!m) throw new Error(`no limit ${name} in core/src/config.rs`);
-  return Number(m[1].replaceAll("_", ""));
+  // A limit defined as another (`DEFAULT = MAX`) reads as that one.
+  return /^[A-Z]/.test(m[1]) ? coreLimit(m[1]) : Number(m[1].replaceAll("_", ""));
 }
 
 function rateLimitBindings(policies) {

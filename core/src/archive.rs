@@ -1,0 +1,71 @@
+//! Paid records kept in storage only.
+//!
+//! A confirmed (or voided) reservation is final: nothing about it changes
+//! again except one void. Kept in memory for the life of the product, such
+//! records were the one part of the gate's memory that grew without a
+//! bound (one per order ever sold). An archived gate (`Gate::set_archived`)
+//! therefore forgets a paid record once `take_changes` has handed its row
+//! to the shell, and reads it back from storage, synchronously, when a
+//! replay, a confirm, a cancel, a buyer's read or a void names it.
+//!
+//! The core stays free of I/O: storage is handed in as a read-only view at
+//! each call that may need it, as the time is. In memory stay the live
+//! holds, the tombstones inside their idempotency window, the indexes over
+//! them, and each buyer with units (the count that `per_buyer_max` checks).
+
+use crate::outcome::ReservationId;
+use crate::rows::ReservationRow;
+
+/// A read-only view of the paid reservations in storage.
+///
+/// Implementations answer from the rows the shell has written, including
+/// those written earlier in the same transaction. A paid record that is
+/// still in memory (its row not yet taken) shadows storage: the gate looks
+/// in memory first.
+pub trait Archive {
+    /// The paid record `id`, if storage holds one.
+    fn paid(&self, id: ReservationId) -> Option<ReservationRow>;
+    /// The paid record `buyer` made under `idem_key`, if storage holds one.
+    fn paid_by_key(&self, buyer: &str, idem_key: &str) -> Option<ReservationRow>;
+    /// Every paid record, for audits only: O(n).
+    fn all_paid(&self) -> Vec<ReservationRow>;
+}
+
+/// The archive of a gate that keeps every record in memory: it is never
+/// archived, so storage holds nothing it does not.
+pub struct NoArchive;
+
+impl Archive for NoArchive {
+    fn paid(&self, _: ReservationId) -> Option<ReservationRow> {
+        None
+    }
+    fn paid_by_key(&self, _: &str, _: &str) -> Option<ReservationRow> {
+        None
+    }
+    fn all_paid(&self) -> Vec<ReservationRow> {
+        Vec::new()
+    }
+}
+
+/// An archive over rows held in a map, as the simulators keep storage.
+impl Archive for std::collections::BTreeMap<crate::rows::RowKey, crate::rows::Row> {
+    fn paid(&self, id: ReservationId) -> Option<ReservationRow> {
+        match self.get(&crate::rows::RowKey::Reservation(id)) {
+            Some(crate::rows::Row::Reservation(r)) if r.state.paid() => Some(r.clone()),
+            _ => None,
+        }
+    }
+    fn paid_by_key(&self, buyer: &str, idem_key: &str) -> Option<ReservationRow> {
+        self.all_paid()
+            .into_iter()
+            .find(|r| r.buyer == buyer && r.idem_key == idem_key)
+    }
+    fn all_paid(&self) -> Vec<ReservationRow> {
+        self.values()
+            .filter_map(|row| match row {
+                crate::rows::Row::Reservation(r) if r.state.paid() => Some(r.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+}
