@@ -16,8 +16,15 @@
 // bytes per buyer, not per record. A replay of the first order's reserve,
 // and the buyer's read of it, come back from SQLite.
 //
+// Last, 100,000 holds that all expire in the same millisecond, written the
+// same way with an expiry already past: the restored object must settle
+// them over several events (alarms and batches), none doing more than the
+// core's SETTLE_PER_EVENT_MAX, and the run reports how many events it took
+// and how long until none was left.
+//
 //   node bench/memory.mjs [N ...]     (default: 10000 100000 and the default cap;
-//                                      paid orders: 100000 and 1000000)
+//                                      paid orders: 100000 and 1000000;
+//                                      the expiry backlog: 100000)
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -29,6 +36,7 @@ import { client } from "../tests/support/client.mjs";
 const DEFAULT_CAP = coreLimit("RESERVATIONS_MAX_DEFAULT");
 const sizes = process.argv.slice(2).map(Number);
 const paidSizes = sizes.length === 0 ? [100_000, 1_000_000] : [];
+const backlogSizes = sizes.length === 0 ? [100_000] : [];
 if (sizes.length === 0) sizes.push(10_000, 100_000, DEFAULT_CAP);
 
 
@@ -50,7 +58,7 @@ def has_product(path):
         return db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'product'").fetchone()[0] == 1
 [path] = [p for p in paths if has_product(p)]
 db = sqlite3.connect(path)
-if kind == "held":
+if kind in ("held", "due"):
     db.execute("""
       WITH RECURSIVE c(i) AS (SELECT 2 UNION ALL SELECT i + 1 FROM c WHERE i < ?)
       INSERT INTO reservations (id, buyer, idem_key, quantity, state, expires_at_ms)
@@ -90,7 +98,8 @@ async function measure(n, kind = "held") {
 
   const dir = join(stateDir, "flashgate-product-gate");
   const files = readdirSync(dir).filter((f) => f.endsWith(".sqlite") && f !== "metadata.sqlite");
-  const expires = Date.now() + 86_400_000;
+  // A backlog's holds all expired a second before the restart.
+  const expires = kind === "due" ? Date.now() - 1_000 : Date.now() + 86_400_000;
   const rows = Number(execFileSync("python3", ["-c", FILL, kind, String(n), String(expires), ...files.map((f) => join(dir, f))]).toString().trim());
 
   gate = await startGate({ stateDir });
@@ -101,6 +110,7 @@ async function measure(n, kind = "held") {
     const restoreMs = Date.now() - t0;
     if (s.status !== 200) throw new Error(JSON.stringify(s.body));
     const w = s.body.work;
+    if (kind === "due") return { n, rows, restoreMs, readyMs: gate.readyMs, ...(await settleBacklog(api, n)), rssMiB: peakRssMiB(gate.proc.pid) };
     if (kind === "held" && s.body.live_holds !== n) throw new Error(`restored ${s.body.live_holds} holds of ${n}`);
     if (kind === "paid" && s.body.sold !== n) throw new Error(`restored ${s.body.sold} sold of ${n}`);
     // The object still decides: a replay of the first reservation (from
@@ -117,6 +127,21 @@ async function measure(n, kind = "held") {
   } finally {
     await gate.stop();
   }
+}
+
+/** Polls until the backlog of `n - 1` due holds is settled (the first hold,
+ * made over HTTP, lives a day); the object's alarms and the stats reads'
+ * batches both settle. */
+async function settleBacklog(api, n) {
+  const t0 = Date.now();
+  let s = (await api.stats("mem")).body;
+  while (s.live_holds > 1 && Date.now() - t0 < 300_000) {
+    await new Promise((r) => setTimeout(r, 20));
+    s = (await api.stats("mem")).body;
+  }
+  if (s.live_holds > 1) throw new Error(`${s.live_holds} holds of ${n} still live after 300 s`);
+  if (s.counters.holds_expired !== n - 1) throw new Error(`expired ${s.counters.holds_expired} of ${n - 1}`);
+  return { settleMs: Date.now() - t0, alarms: s.work.alarms, batches: s.work.batches, perEventMax: s.work.settled_per_event_max };
 }
 
 console.log(`memory and restore: N held reservations restored from SQLite (default reservations_max ${DEFAULT_CAP})`);
@@ -148,4 +173,12 @@ if (paid.length >= 2) {
   const perOrder = ((b.wasmMiB - a.wasmMiB) * 2 ** 20) / (b.n - a.n);
   console.log(`wasm bytes per paid order, each from its own buyer (restore peak, ${a.n} to ${b.n}): ${perOrder.toFixed(0)}`);
 }
-console.log(`settle limit per event: ${coreLimit("SETTLE_PER_EVENT_MAX")}`);
+const perEvent = coreLimit("SETTLE_PER_EVENT_MAX");
+console.log(`settle limit per event: ${perEvent}`);
+for (const n of backlogSizes) {
+  const r = await measure(n, "due");
+  console.log(
+    `N ${String(n).padStart(8)} holds due in the same millisecond: restored in ${r.readyMs + r.restoreMs} ms; all expired ${r.settleMs} ms after the first answer, ` +
+      `over ${r.alarms} alarms and ${r.batches} batches, at most ${r.perEventMax} in one event (limit ${perEvent})${r.perEventMax > perEvent ? " OVER THE LIMIT" : ""}`,
+  );
+}
