@@ -255,11 +255,21 @@ pub fn write(db: &mut impl SqlDb, changes: &[Change]) -> Result<(), StorageError
                     ],
                 )?
             }
+            // An upsert by id only: `INSERT OR REPLACE` would also resolve a
+            // clash on the key index by deleting the other row, silently.
+            // This way a second record under a key fails the write.
             Change::Put(Row::Reservation(r)) => db.exec(
-                "INSERT OR REPLACE INTO reservations (id, buyer, idem_key, quantity, state,
+                "INSERT INTO reservations (id, buyer, idem_key, quantity, state,
                     expires_at_ms, payment_ref, confirmed_at_ms, outbox_seq, voided_at_ms,
                     void_seq)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                 ON CONFLICT (id) DO UPDATE SET buyer = excluded.buyer,
+                    idem_key = excluded.idem_key, quantity = excluded.quantity,
+                    state = excluded.state, expires_at_ms = excluded.expires_at_ms,
+                    payment_ref = excluded.payment_ref,
+                    confirmed_at_ms = excluded.confirmed_at_ms,
+                    outbox_seq = excluded.outbox_seq, voided_at_ms = excluded.voided_at_ms,
+                    void_seq = excluded.void_seq",
                 &[
                     int(r.id),
                     text(&r.buyer),

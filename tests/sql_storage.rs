@@ -416,3 +416,48 @@ fn the_catalog_registers_once_and_is_bounded() {
     assert!(catalog::listed(SaleState::Open) && catalog::listed(SaleState::Scheduled));
     assert!(!catalog::listed(SaleState::Closed) && !catalog::listed(SaleState::Paused));
 }
+
+/// The key index: a second record under a buyer's key fails the write
+/// instead of replacing the first (an upsert by id alone), and a product
+/// stored before the index existed gets it at load.
+#[test]
+fn a_second_record_under_a_key_is_refused_and_old_stores_get_the_index() {
+    use flashgate_core::{Change, HoldState, ReservationRow, Row};
+    let mut store = Lite::new();
+    let mut gate = Gate::new(0, Config::default(), 10).unwrap();
+    store.write(Some("p-key"), &gate.take_changes()).unwrap();
+    let row = |id: u64, key: &str| {
+        Change::Put(Row::Reservation(ReservationRow {
+            id,
+            buyer: "b".into(),
+            idem_key: key.into(),
+            quantity: 1,
+            state: HoldState::Held,
+            expires_at_ms: 1_000,
+            payment_ref: None,
+            confirmed_at_ms: None,
+            outbox_seq: None,
+            voided_at_ms: None,
+            void_seq: None,
+        }))
+    };
+    store.write(None, &[row(1, "k")]).unwrap();
+    // The same id again is an update, not a clash.
+    store.write(None, &[row(1, "k")]).unwrap();
+    let err = store.write(None, &[row(2, "k")]).unwrap_err();
+    assert!(err.0.to_lowercase().contains("unique"), "{err}");
+    let ids: Vec<IdSql> = store.query("SELECT id FROM reservations").unwrap();
+    assert_eq!(ids.iter().map(|r| r.id).collect::<Vec<_>>(), vec![1]);
+
+    store.exec("DROP INDEX reservations_by_key", &[]).unwrap();
+    store.load_all().unwrap();
+    let index: Vec<IdSql> = store
+        .query("SELECT count(*) AS id FROM sqlite_master WHERE name = 'reservations_by_key'")
+        .unwrap();
+    assert_eq!(index[0].id, 1, "the load created the index");
+}
+
+#[derive(serde::Deserialize)]
+struct IdSql {
+    id: u64,
+}

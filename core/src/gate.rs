@@ -255,10 +255,15 @@ impl Gate {
                 paid: self.store.paid(id).cloned(),
             });
         }
-        if !self.archived {
+        // Only an id handed out before, and not in memory (someone else's
+        // record, or one aged out), can be archived; anything else is
+        // decided without a read that could fail the batch.
+        if !self.archived || id >= self.next_id || self.store.get(id).is_some() {
             return None;
         }
-        let row = archive.paid(id).filter(|r| r.buyer == buyer)?;
+        let row = archive
+            .paid(id)
+            .filter(|r| r.state.paid() && r.buyer == buyer)?;
         Self::found(&row)
     }
 
@@ -278,10 +283,10 @@ impl Gate {
     /// Brings archived record `id` back into memory for a change; the next
     /// `take_changes` writes and archives it again.
     fn fault_in(&mut self, archive: &dyn Archive, id: ReservationId) -> bool {
-        if !self.archived || self.store.get(id).is_some() {
+        if !self.archived || id >= self.next_id || self.store.get(id).is_some() {
             return self.store.get(id).is_some();
         }
-        let Some(row) = archive.paid(id) else {
+        let Some(row) = archive.paid(id).filter(|r| r.state.paid()) else {
             return false;
         };
         let Ok(Some(paid)) = paid_of(&row) else {
@@ -386,7 +391,9 @@ impl Gate {
         // everyone else is decided without reading it.
         let stored = || {
             let slot = slot.filter(|&s| self.archived && self.buyers.archived(s) > 0)?;
-            let row = archive.paid_by_key(self.buyers.id(slot), idem_key)?;
+            let row = archive
+                .paid_by_key(self.buyers.id(slot), idem_key)
+                .filter(|r| r.state.paid())?;
             Some((row.id, row.quantity, row.expires_at_ms))
         };
         if let Some((id, q, expires_at_ms)) = resident.or_else(stored) {

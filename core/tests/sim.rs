@@ -27,8 +27,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use flashgate_core::{
     backoff_ms, limits, splitmix64, AckOutcome, AdminRefusal, Admission, Arrivals, CancelOutcome,
-    Change, Config, ConfirmOutcome, Gate, HoldState, InvalidInput, ItemKey, Mode, OutboxEvent,
-    Phase, ReserveOutcome, Row, RowKey, Rules, Ticket, Voided,
+    Change, Config, ConfirmOutcome, Confirmation, Gate, HoldState, InvalidInput, ItemKey, Mode,
+    OutboxEvent, Phase, ReservationView, ReserveOutcome, Row, RowKey, Rules, Ticket, Voided,
 };
 
 /// A tiny deterministic generator: the core's splitmix64. The test needs no
@@ -1029,8 +1029,46 @@ impl Sim {
         }
     }
 
+    /// A few records read as their buyer and as someone else: the read
+    /// matches the model, from memory or (archived) from storage, and tells
+    /// another buyer nothing.
+    fn check_reads(&mut self) {
+        for _ in 0..3.min(self.model.res.len()) {
+            let i = self.rng.below(self.model.res.len() as u64) as usize;
+            let r = self.model.res[i].clone();
+            let got = self
+                .gate
+                .reservation(&self.storage, self.now, r.id, &r.buyer);
+            let state = if r.state == HoldState::Held && self.now >= r.expires_at {
+                HoldState::Expired
+            } else {
+                r.state
+            };
+            let paid = r.state.paid();
+            let want = ReservationView {
+                id: r.id,
+                quantity: r.qty,
+                state,
+                expires_at_ms: r.expires_at,
+                confirmation: paid.then(|| Confirmation {
+                    reservation_id: r.id,
+                    quantity: r.qty,
+                    payment_ref: r.payment_ref.clone().unwrap_or_default(),
+                    confirmed_at_ms: r.confirmed_at,
+                    outbox_seq: r.seq,
+                }),
+                voided_at_ms: (r.state == HoldState::Voided).then_some(r.voided_at),
+            };
+            assert_eq!(got, Some(want), "read of {} by its buyer", r.id);
+            let other = format!("{}-not", r.buyer);
+            let theirs = self.gate.reservation(&self.storage, self.now, r.id, &other);
+            assert_eq!(theirs, None, "read of {} by another buyer", r.id);
+        }
+    }
+
     fn check(&mut self) {
         self.gate.audit(&self.storage).expect("audit");
+        self.check_reads();
         // The model settles timeouts exactly where the gate does (at the start
         // of every handle call), so both see the same state at every step.
         let s = self.gate.stats(self.now);
