@@ -77,6 +77,19 @@ struct Found {
 }
 
 impl Found {
+    fn from_row(row: &ReservationRow) -> Option<Found> {
+        // Every archived row was written by this gate and checked at load,
+        // so a row that does not parse is a bug; it reads as unknown.
+        let paid = paid_of(row);
+        debug_assert!(paid.is_ok(), "archived row {} is corrupt", row.id);
+        Some(Found {
+            quantity: row.quantity,
+            state: row.state,
+            expires_at_ms: row.expires_at_ms,
+            paid: paid.ok()?,
+        })
+    }
+
     fn confirmation(&self, id: ReservationId) -> Confirmation {
         let paid = self.paid.as_ref().expect("a paid record has its payment");
         Confirmation {
@@ -247,13 +260,8 @@ impl Gate {
     /// Record `id` if `buyer` made it, from memory or the archive. Another
     /// buyer's record reads as unknown, so ids reveal nothing.
     fn find_owned(&self, archive: &dyn Archive, id: ReservationId, buyer: &str) -> Option<Found> {
-        if let Some(r) = self.owned(id, buyer) {
-            return Some(Found {
-                quantity: r.quantity,
-                state: r.state,
-                expires_at_ms: r.expires_at_ms,
-                paid: self.store.paid(id).cloned(),
-            });
+        if self.owned(id, buyer).is_some() {
+            return self.resident(id);
         }
         // Only an id handed out before, and not in memory (someone else's
         // record, or one aged out), can be archived; anything else is
@@ -264,34 +272,32 @@ impl Gate {
         let row = archive
             .paid(id)
             .filter(|r| r.state.paid() && r.buyer == buyer)?;
-        Self::found(&row)
+        Found::from_row(&row)
     }
 
-    fn found(row: &ReservationRow) -> Option<Found> {
-        // Every archived row was written by this gate and checked at load,
-        // so a row that does not parse is a bug; it reads as unknown.
-        let paid = paid_of(row);
-        debug_assert!(paid.is_ok(), "archived row {} is corrupt", row.id);
+    /// Record `id` as it is in memory.
+    fn resident(&self, id: ReservationId) -> Option<Found> {
+        let r = self.store.get(id)?;
         Some(Found {
-            quantity: row.quantity,
-            state: row.state,
-            expires_at_ms: row.expires_at_ms,
-            paid: paid.ok()?,
+            quantity: r.quantity,
+            state: r.state,
+            expires_at_ms: r.expires_at_ms,
+            paid: self.store.paid(id).cloned(),
         })
     }
 
     /// Brings archived record `id` back into memory for a change; the next
     /// `take_changes` writes and archives it again.
-    fn fault_in(&mut self, archive: &dyn Archive, id: ReservationId) -> bool {
+    fn fault_in(&mut self, archive: &dyn Archive, id: ReservationId) {
         if !self.archived || id >= self.next_id || self.store.get(id).is_some() {
-            return self.store.get(id).is_some();
+            return;
         }
         let Some(row) = archive.paid(id).filter(|r| r.state.paid()) else {
-            return false;
+            return;
         };
         let Ok(Some(paid)) = paid_of(&row) else {
             debug_assert!(false, "archived row {id} is corrupt");
-            return false;
+            return;
         };
         let slot = self.buyers.unarchive(&row.buyer);
         // Marked, so that `take_changes` archives it again even if the
@@ -308,7 +314,6 @@ impl Gate {
             },
             Some(paid),
         );
-        true
     }
 
     /// I1, checked wherever units move. A failure is a bug, not an outcome.
@@ -581,7 +586,8 @@ impl Gate {
         self.assert_stock();
         self.dirty.keys.push(ItemKey::Reservation(id));
         self.dirty.keys.push(ItemKey::Outbox(seq));
-        ConfirmOutcome::Confirmed(self.confirmation(id))
+        let confirmed = self.resident(id).expect("the record just confirmed");
+        ConfirmOutcome::Confirmed(confirmed.confirmation(id))
     }
 
     /// The record `id` if `buyer` made it. Another buyer's record reads as
@@ -590,18 +596,6 @@ impl Gate {
         self.store
             .get(id)
             .filter(|r| self.buyers.id(r.buyer) == buyer)
-    }
-
-    pub(crate) fn confirmation(&self, id: ReservationId) -> Confirmation {
-        let r = self.store.get(id).expect("confirmed record exists");
-        let paid = self.store.paid(id).expect("a confirmed record has payment");
-        Confirmation {
-            reservation_id: id,
-            quantity: r.quantity,
-            payment_ref: paid.payment_ref.to_string(),
-            confirmed_at_ms: paid.confirmed_at_ms,
-            outbox_seq: paid.outbox_seq,
-        }
     }
 
     /// Gives a held reservation's units back. Only its buyer may cancel.
