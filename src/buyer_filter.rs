@@ -13,14 +13,11 @@
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
+use flashgate_core::bloom::{bit_indexes, Bloom, BLOOM_BYTES_MAX, BLOOM_HASHES};
 use serde::{Deserialize, Serialize};
 
 /// The largest filter published, in bytes.
-pub const FILTER_BYTES_MAX: usize = 256 * 1024;
-/// Bits per buyer: about a 0.05% false-positive rate with 11 hashes. Two
-/// bytes a buyer keep a sale of 100,000 units under the size cap.
-const BITS_PER_BUYER: usize = 16;
-const HASHES: u32 = 11;
+pub const FILTER_BYTES_MAX: usize = BLOOM_BYTES_MAX;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BuyerFilter {
@@ -31,39 +28,21 @@ pub struct BuyerFilter {
     decoded: Vec<u8>,
 }
 
-/// Two independent 64-bit hashes of a buyer id: FNV-1a, then two rounds of
-/// a splitmix-style finaliser (Kirsch and Mitzenmacher: k hashes from two).
-fn hashes(buyer: &str) -> (u64, u64) {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in buyer.as_bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    let mix = |mut z: u64| {
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    };
-    let h1 = mix(h);
-    (h1, mix(h1 ^ 0x9e37_79b9_7f4a_7c15) | 1)
-}
-
 impl BuyerFilter {
     pub fn build<'a>(buyers: impl Iterator<Item = &'a str> + Clone) -> BuyerFilter {
-        let n = buyers.clone().count().max(1);
-        let bytes = (n * BITS_PER_BUYER).div_ceil(8).clamp(8, FILTER_BYTES_MAX);
-        let mut bits = vec![0u8; bytes];
-        let m = (bytes * 8) as u64;
+        let mut bloom = Bloom::with_capacity(buyers.clone().count().max(1) as u64);
         for buyer in buyers {
-            let (h1, h2) = hashes(buyer);
-            for i in 0..u64::from(HASHES) {
-                let bit = h1.wrapping_add(i.wrapping_mul(h2)) % m;
-                bits[(bit / 8) as usize] |= 1 << (bit % 8);
-            }
+            bloom.insert(buyer);
         }
+        BuyerFilter::from_bloom(bloom)
+    }
+
+    /// The published form of a filter the gate built (`Gate::buyers_filter`).
+    pub fn from_bloom(bloom: Bloom) -> BuyerFilter {
+        let bits = bloom.into_bytes();
         BuyerFilter {
             bits: STANDARD.encode(&bits),
-            hashes: HASHES,
+            hashes: BLOOM_HASHES,
             decoded: bits,
         }
     }
@@ -79,16 +58,12 @@ impl BuyerFilter {
 
     /// Whether `buyer` may be in the set: always true for a member.
     pub fn may_contain(&self, buyer: &str) -> bool {
-        let m = (self.decoded.len() * 8) as u64;
-        if m == 0 {
+        if self.decoded.is_empty() {
             // Undecoded: assume membership, which only costs a trip.
             return true;
         }
-        let (h1, h2) = hashes(buyer);
-        (0..u64::from(self.hashes)).all(|i| {
-            let bit = h1.wrapping_add(i.wrapping_mul(h2)) % m;
-            self.decoded[(bit / 8) as usize] & (1 << (bit % 8)) != 0
-        })
+        bit_indexes(self.decoded.len(), self.hashes, buyer)
+            .all(|bit| self.decoded[bit / 8] & (1 << (bit % 8)) != 0)
     }
 
     pub fn byte_len(&self) -> usize {

@@ -79,6 +79,10 @@ pub trait Storage {
         buyer: &str,
         idem_key: &str,
     ) -> Result<Option<ReservationRow>, StorageError>;
+    /// Every paid reservation of `buyer`.
+    fn paid_of_buyer(&mut self, buyer: &str) -> Result<Vec<ReservationRow>, StorageError>;
+    /// The most units any buyer's confirmed reservations hold.
+    fn paid_units_max(&mut self) -> Result<u32, StorageError>;
     /// Every paid reservation: for audits in tests.
     fn all_paid(&mut self) -> Result<Vec<ReservationRow>, StorageError>;
     /// Runs `body` as one transaction: if it returns an error, or the commit
@@ -134,6 +138,12 @@ impl<S: Storage> Archive for Reader<'_, S> {
     }
     fn paid_by_key(&self, buyer: &str, idem_key: &str) -> Option<ReservationRow> {
         self.read(|s| s.paid_by_key(buyer, idem_key))
+    }
+    fn paid_of_buyer(&self, buyer: &str) -> Vec<ReservationRow> {
+        self.read(|s| s.paid_of_buyer(buyer))
+    }
+    fn paid_units_max(&self) -> u32 {
+        self.read(|s| s.paid_units_max())
     }
     fn all_paid(&self) -> Vec<ReservationRow> {
         self.read(|s| s.all_paid())

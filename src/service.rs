@@ -103,7 +103,7 @@ pub fn execute(
             *reservation_id,
             g.cancel(archive, now_ms, *reservation_id, buyer),
         ),
-        Command::Upsert { patch, .. } => match g.update(now_ms, patch) {
+        Command::Upsert { patch, .. } => match g.update(archive, now_ms, patch) {
             Ok(()) => Reply::ok(200, views::product(g, id, now_ms)),
             Err(refusal) => admin_problem(refusal).into(),
         },

@@ -562,9 +562,14 @@ pub fn load(
         ))?;
     }
     db.exec(KEY_INDEX, &[])?;
-    db.query_each::<ReservationSql>("SELECT * FROM reservations ORDER BY id", &mut |r| {
-        each(Row::Reservation(r.row()?))
-    })?;
+    // The records kept in memory by id, then the paid ones by buyer (by the
+    // key index), as `Restorer` takes them.
+    for part in [
+        format!("SELECT * FROM reservations WHERE NOT ({PAID_STATES}) ORDER BY id"),
+        format!("SELECT * FROM reservations WHERE {PAID_STATES} ORDER BY buyer, id"),
+    ] {
+        db.query_each::<ReservationSql>(&part, &mut |r| each(Row::Reservation(r.row()?)))?;
+    }
     db.query_each::<OutboxSql>("SELECT * FROM outbox ORDER BY seq", &mut |e| {
         let seq = e.seq;
         let event = e.event().ok_or_else(|| corrupt("outbox entry"))?;
@@ -599,6 +604,18 @@ impl<D: SqlDb> Storage for D {
         idem_key: &str,
     ) -> Result<Option<ReservationRow>, StorageError> {
         paid_by_key(self, buyer, idem_key)
+    }
+
+    fn paid_of_buyer(&mut self, buyer: &str) -> Result<Vec<ReservationRow>, StorageError> {
+        paid_rows(self, " AND buyer = ? ORDER BY id", &[text(buyer)])
+    }
+
+    fn paid_units_max(&mut self) -> Result<u32, StorageError> {
+        let most: Vec<CountSql> = self.query(
+            "SELECT COALESCE(MAX(units), 0) AS n FROM (SELECT SUM(quantity) AS units
+             FROM reservations WHERE state = 'confirmed' GROUP BY buyer)",
+        )?;
+        Ok(most.first().map_or(0, |m| m.n as u32))
     }
 
     fn all_paid(&mut self) -> Result<Vec<ReservationRow>, StorageError> {

@@ -58,7 +58,7 @@ pub fn snapshot(g: &Gate, product_id: &str, now_ms: u64) -> Value {
     });
     // The buyers' filter is only needed, and only built, when nothing is
     // left: it is what lets the edge answer sold_out for everyone else.
-    let buyers = (s.available == 0).then(|| BuyerFilter::build(g.buyers_with_units()));
+    let buyers = (s.available == 0).then(|| BuyerFilter::from_bloom(g.buyers_filter()));
     to_value(Snapshot {
         at_ms: now_ms,
         product: product(g, product_id, now_ms),

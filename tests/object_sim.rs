@@ -87,7 +87,18 @@ impl Storage for MemStorage {
         }
         self.loads += 1;
         if self.product_id.is_some() {
-            for row in self.rows.values() {
+            // In the order `sql::load` reads them: the singletons, the
+            // records kept in memory by id, the paid ones by buyer, the
+            // outbox.
+            let paid = |r: &Row| matches!(r, Row::Reservation(r) if r.state.paid());
+            let mut rows: Vec<&Row> = self.rows.values().collect();
+            rows.sort_by_key(|r| match r {
+                Row::Reservation(x) if paid(r) => (2, x.buyer.clone(), x.id),
+                Row::Reservation(x) => (1, String::new(), x.id),
+                Row::Outbox(e) => (3, String::new(), e.seq),
+                _ => (0, String::new(), 0),
+            });
+            for row in rows {
                 each(row.clone())?;
             }
         }
@@ -127,6 +138,16 @@ impl Storage for MemStorage {
     ) -> Result<Option<ReservationRow>, StorageError> {
         self.read()?;
         Ok(Archive::paid_by_key(&self.rows, buyer, idem_key))
+    }
+
+    fn paid_of_buyer(&mut self, buyer: &str) -> Result<Vec<ReservationRow>, StorageError> {
+        self.read()?;
+        Ok(Archive::paid_of_buyer(&self.rows, buyer))
+    }
+
+    fn paid_units_max(&mut self) -> Result<u32, StorageError> {
+        self.read()?;
+        Ok(Archive::paid_units_max(&self.rows))
     }
 
     fn all_paid(&mut self) -> Result<Vec<ReservationRow>, StorageError> {

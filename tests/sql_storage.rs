@@ -223,7 +223,7 @@ fn sqlite_restores_exactly_what_the_gate_wrote() {
                         }),
                         ..ConfigPatch::default()
                     };
-                    let _ = gate.update(now, &patch);
+                    let _ = gate.update(a, now, &patch);
                     let _ = gate.add_units(now, rng.below(3));
                 }
             }

@@ -11,7 +11,10 @@
 //! The core stays free of I/O: storage is handed in as a read-only view at
 //! each call that may need it, as the time is. In memory stay the live
 //! holds, the tombstones inside their idempotency window, the indexes over
-//! them, and each buyer with units (the count that `per_buyer_max` checks).
+//! them, the buyers those records name, and a fixed-size filter of the
+//! buyers who paid (`Gate::paid_buyers`): a buyer with only paid orders
+//! has nothing in memory, and is read back from storage when the filter
+//! says the buyer may have some.
 
 use crate::outcome::ReservationId;
 use crate::rows::ReservationRow;
@@ -27,6 +30,12 @@ pub trait Archive {
     fn paid(&self, id: ReservationId) -> Option<ReservationRow>;
     /// The paid record `buyer` made under `idem_key`, if storage holds one.
     fn paid_by_key(&self, buyer: &str, idem_key: &str) -> Option<ReservationRow>;
+    /// Every paid record of `buyer` (a handful: at most `per_buyer_max`
+    /// units, plus the buyer's voided orders).
+    fn paid_of_buyer(&self, buyer: &str) -> Vec<ReservationRow>;
+    /// The most units any buyer's confirmed records in storage hold: for
+    /// an admin lowering `per_buyer_max`.
+    fn paid_units_max(&self) -> u32;
     /// Every paid record, for audits only: O(n).
     fn all_paid(&self) -> Vec<ReservationRow>;
 }
@@ -41,6 +50,12 @@ impl Archive for NoArchive {
     }
     fn paid_by_key(&self, _: &str, _: &str) -> Option<ReservationRow> {
         None
+    }
+    fn paid_of_buyer(&self, _: &str) -> Vec<ReservationRow> {
+        Vec::new()
+    }
+    fn paid_units_max(&self) -> u32 {
+        0
     }
     fn all_paid(&self) -> Vec<ReservationRow> {
         Vec::new()
@@ -59,6 +74,21 @@ impl Archive for std::collections::BTreeMap<crate::rows::RowKey, crate::rows::Ro
         self.all_paid()
             .into_iter()
             .find(|r| r.buyer == buyer && r.idem_key == idem_key)
+    }
+    fn paid_of_buyer(&self, buyer: &str) -> Vec<ReservationRow> {
+        self.all_paid()
+            .into_iter()
+            .filter(|r| r.buyer == buyer)
+            .collect()
+    }
+    fn paid_units_max(&self) -> u32 {
+        let mut units = std::collections::BTreeMap::<String, u32>::new();
+        for r in self.all_paid() {
+            if r.state == crate::store::HoldState::Confirmed {
+                *units.entry(r.buyer).or_default() += r.quantity;
+            }
+        }
+        units.into_values().max().unwrap_or(0)
     }
     fn all_paid(&self) -> Vec<ReservationRow> {
         self.values()

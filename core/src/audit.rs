@@ -14,7 +14,7 @@ use crate::store::{HoldState, Paid};
 /// One record as the audit reads it, from memory or from the archive.
 struct Audited {
     id: ReservationId,
-    buyer: u32,
+    buyer: String,
     quantity: u32,
     state: HoldState,
     expires_at_ms: u64,
@@ -32,7 +32,7 @@ impl Gate {
             .iter()
             .map(|(id, r)| Audited {
                 id,
-                buyer: r.buyer,
+                buyer: self.buyers.id(r.buyer).to_string(),
                 quantity: r.quantity,
                 state: r.state,
                 expires_at_ms: r.expires_at_ms,
@@ -46,13 +46,9 @@ impl Gate {
                     continue;
                 }
                 let paid = paid_of(&row).map_err(|e| format!("archived {}: {e}", row.id))?;
-                let buyer = self
-                    .buyers
-                    .find(&row.buyer)
-                    .ok_or_else(|| format!("archived {}: its buyer has no slot", row.id))?;
                 all.push(Audited {
                     id: row.id,
-                    buyer,
+                    buyer: row.buyer.clone(),
                     quantity: row.quantity,
                     state: row.state,
                     expires_at_ms: row.expires_at_ms,
@@ -90,7 +86,7 @@ impl Gate {
         let (mut held, mut sold, mut live, mut tomb) = (0u64, 0u64, 0u32, 0u32);
         let mut expiry = BTreeSet::new();
         let mut purge = BTreeSet::new();
-        let mut usage: HashMap<u32, (u32, u32, u32)> = HashMap::new();
+        let mut usage: HashMap<String, (u32, u32, u32)> = HashMap::new();
         let records = self.audited(archive)?;
         for r in &records {
             let id = r.id;
@@ -121,7 +117,7 @@ impl Gate {
                     purge.insert((r.expires_at_ms + self.config.idem_window_ms, id));
                 }
             }
-            let (units, refs, archived) = usage.entry(r.buyer).or_default();
+            let (units, refs, archived) = usage.entry(r.buyer.clone()).or_default();
             if r.in_memory {
                 *refs += 1;
             } else {
@@ -147,14 +143,36 @@ impl Gate {
             return Err("the purge index does not match the tombstones".into());
         }
         let slots: Vec<_> = self.buyers.iter().collect();
-        if slots.len() != usage.len()
-            || slots.iter().any(|&(slot, _, units, refs, archived)| {
-                usage.get(&slot) != Some(&(units, refs, archived))
+        // A buyer has a slot exactly while a record in memory names it, and
+        // the slot counts the buyer's units and archived records; a buyer
+        // with only archived records has none, is in the paid buyers'
+        // filter, and is counted away if those hold units.
+        let resident = usage.values().filter(|&&(_, refs, _)| refs > 0).count();
+        if slots.len() != resident
+            || slots.iter().any(|&(_, id, units, refs, archived)| {
+                usage.get(id) != Some(&(units, refs, archived))
             })
         {
             return Err("per-buyer units or references disagree with records".into());
         }
-        if let Some((_, b, u, _, _)) = slots.iter().find(|s| s.2 > self.config.per_buyer_max) {
+        let mut away = 0;
+        for (id, &(units, refs, _)) in &usage {
+            if refs == 0 {
+                if !self.paid_buyers.may_contain(id) {
+                    return Err(format!(
+                        "buyer {id} has paid records but is not in the filter"
+                    ));
+                }
+                away += u64::from(units > 0);
+            }
+        }
+        if away != self.buyers.away() {
+            return Err(format!(
+                "{away} buyers have only paid units, but {} are counted",
+                self.buyers.away()
+            ));
+        }
+        if let Some((b, (u, _, _))) = usage.iter().find(|(_, u)| u.0 > self.config.per_buyer_max) {
             return Err(format!(
                 "buyer {b} has {u} units, above per_buyer_max {}",
                 self.config.per_buyer_max

@@ -4,10 +4,15 @@
 //! Reservations refer to a buyer by a 4-byte slot instead of carrying the id.
 //! A slot lives while any reservation record in memory refers to it
 //! (`refs`), which is longer than the buyer has units: a tombstone still
-//! needs its buyer for idempotent replay and for the ownership check. It
-//! also lives while the buyer has paid records in storage only
-//! (`archived`, see `archive.rs`): their units count against
-//! `per_buyer_max`, and only such a buyer's keys are looked up in storage.
+//! needs its buyer for idempotent replay and for the ownership check.
+//!
+//! A buyer's paid records may live in storage only (`archive.rs`). While
+//! the buyer has a slot, it counts their units (against `per_buyer_max`)
+//! and how many there are (`archived`: only then are the buyer's keys
+//! looked up in storage); the gate loads both from storage when it makes
+//! the slot (`adopt`). A slot whose last record in memory goes is freed
+//! even if the buyer has paid records: `away` counts those buyers, so that
+//! memory holds nothing per buyer who only has paid orders.
 
 use std::hash::BuildHasher;
 
@@ -32,8 +37,10 @@ pub(crate) struct Buyers {
     free: Vec<BuyerSlot>,
     index: HashTable<BuyerSlot>,
     hasher: DefaultHashBuilder,
-    /// Buyers with at least one unit, for the stats.
+    /// Buyers with a slot and at least one unit.
     with_units: u64,
+    /// Buyers with no slot whose paid records in storage hold units.
+    away: u64,
 }
 
 impl Buyers {
@@ -118,28 +125,36 @@ impl Buyers {
         let e = self.entry_mut(slot);
         e.refs -= 1;
         e.archived += 1;
+        self.free_if_unused(slot);
     }
 
-    /// A paid record of `id` comes back from storage into memory. The
-    /// buyer has a slot, since its archived records keep it.
-    pub fn unarchive(&mut self, id: &str) -> BuyerSlot {
-        let slot = self
-            .find(id)
-            .expect("a buyer with archived records has a slot");
+    /// A paid record of this slot's buyer came back from storage.
+    pub fn unarchive(&mut self, slot: BuyerSlot) {
         let e = self.entry_mut(slot);
         e.archived -= 1;
         e.refs += 1;
-        slot
     }
 
-    /// On restore, a paid record that stays in storage: the buyer keeps a
-    /// slot for it, with no record in memory.
-    pub fn restore_archived(&mut self, id: &str) -> BuyerSlot {
-        let slot = self.acquire(id, None);
-        let e = self.entry_mut(slot);
-        e.refs -= 1;
-        e.archived += 1;
-        slot
+    /// A slot just made for a buyer who has paid records in storage: their
+    /// units and how many records, as storage holds them.
+    pub fn adopt(&mut self, slot: BuyerSlot, units: u32, archived: u32) {
+        if units > 0 {
+            self.away -= 1;
+            self.add_units(slot, units);
+        }
+        self.entry_mut(slot).archived += archived;
+    }
+
+    /// On restore, a paid record that stays in storage, of a buyer with a
+    /// slot (a record in memory).
+    pub fn restore_archived(&mut self, slot: BuyerSlot) {
+        self.entry_mut(slot).archived += 1;
+    }
+
+    /// On restore, a buyer with no record in memory whose paid records hold
+    /// units.
+    pub fn restore_away(&mut self) {
+        self.away += 1;
     }
 
     /// Paid records of the buyer in storage only.
@@ -147,12 +162,23 @@ impl Buyers {
         self.entry(slot).archived
     }
 
+    /// Buyers with no slot whose paid records hold units.
+    pub fn away(&self) -> u64 {
+        self.away
+    }
+
     fn free_if_unused(&mut self, slot: BuyerSlot) {
         let e = self.entry(slot);
-        if e.refs > 0 || e.archived > 0 {
+        if e.refs > 0 {
             return;
         }
-        debug_assert_eq!(e.units, 0, "a buyer with units has records");
+        // The buyer's paid units stay in storage, and are read back with
+        // the buyer's next record.
+        if e.units > 0 {
+            debug_assert!(e.archived > 0, "units with no record left");
+            self.with_units -= 1;
+            self.away += 1;
+        }
         let hash = self.hasher.hash_one(&*self.entry(slot).id);
         self.index
             .find_entry(hash, |&s| s == slot)
@@ -163,6 +189,9 @@ impl Buyers {
     }
 
     pub fn add_units(&mut self, slot: BuyerSlot, units: u32) {
+        if units == 0 {
+            return;
+        }
         let e = self.entry_mut(slot);
         let was_empty = e.units == 0;
         e.units += units;
@@ -179,8 +208,9 @@ impl Buyers {
         }
     }
 
+    /// Buyers who hold or bought units, with a slot or not.
     pub fn with_units(&self) -> u64 {
-        self.with_units
+        self.with_units + self.away
     }
 
     /// The most units any buyer has.
@@ -213,8 +243,9 @@ impl Buyers {
             if self.find(id) != Some(slot) {
                 return Err(format!("buyers: {id} is not found at its slot"));
             }
-            if refs == 0 && archived == 0 {
-                return Err(format!("buyers: {id} has a slot but no records"));
+            let _ = archived;
+            if refs == 0 {
+                return Err(format!("buyers: {id} has a slot but no records in memory"));
             }
         }
         let with_units = self.iter().filter(|&(_, _, u, _, _)| u > 0).count() as u64;

@@ -11,7 +11,8 @@ use std::collections::BTreeSet;
 
 use crate::admission::{Admission, Arrivals, Rules, Ticket};
 use crate::archive::Archive;
-use crate::buyers::Buyers;
+use crate::bloom::Bloom;
+use crate::buyers::{BuyerSlot, Buyers};
 use crate::config::{limits, Config, ConfigPatch, Mode, Phase};
 use crate::outbox::{Outbox, OutboxEntry, OutboxEvent};
 use crate::outcome::{
@@ -64,6 +65,36 @@ pub struct Gate {
     /// back from the archive (`archive.rs`). Set by the shell that stores
     /// the rows; off, every record stays in memory.
     pub(crate) archived: bool,
+    /// Every buyer who confirmed an order (since the gate was built or
+    /// restored): an archived gate reads storage for a buyer with no slot
+    /// only if this may contain it. Memory only, of a fixed size.
+    pub(crate) paid_buyers: Bloom,
+}
+
+/// The fewest buyers the paid buyers' filter is sized for, so that a
+/// product created small and restocked keeps a useful filter.
+const PAID_BUYERS_SIZED_MIN: u64 = 1_024;
+
+/// The paid buyers' filter for a product of `stock_total` units: each buyer
+/// with units holds at least one, so the stock bounds them.
+pub(crate) fn paid_buyers_filter(stock_total: u64) -> Bloom {
+    Bloom::with_capacity(stock_total.max(PAID_BUYERS_SIZED_MIN))
+}
+
+/// A buyer's paid records in storage, as read when the buyer has no slot.
+struct Away {
+    rows: Vec<ReservationRow>,
+}
+
+impl Away {
+    /// Units the records hold (a voided order holds none).
+    fn units(&self) -> u32 {
+        self.rows
+            .iter()
+            .filter(|r| r.state == HoldState::Confirmed)
+            .map(|r| r.quantity)
+            .sum()
+    }
 }
 
 /// What a decision reads of one record, wherever it lives: in memory, or
@@ -242,7 +273,38 @@ impl Gate {
             counters: Counters::default(),
             settling: Settling::default(),
             archived: false,
+            paid_buyers: paid_buyers_filter(stock_total),
         }
+    }
+
+    /// Reads the paid records of `buyer`, who has no slot, if the buyer
+    /// may have any.
+    fn away(&self, archive: &dyn Archive, buyer: &str) -> Option<Away> {
+        if !self.archived || !self.paid_buyers.may_contain(buyer) {
+            return None;
+        }
+        let rows: Vec<ReservationRow> = archive
+            .paid_of_buyer(buyer)
+            .into_iter()
+            .filter(|r| r.state.paid())
+            .collect();
+        (!rows.is_empty()).then_some(Away { rows })
+    }
+
+    /// A slot for `buyer`'s new record in memory, loaded with the buyer's
+    /// paid records in storage (`away`, read for a buyer with no slot).
+    fn slot_for(
+        &mut self,
+        buyer: &str,
+        known: Option<BuyerSlot>,
+        away: Option<&Away>,
+    ) -> BuyerSlot {
+        let slot = self.buyers.acquire(buyer, Some(known));
+        if let (None, Some(away)) = (known, away) {
+            self.buyers
+                .adopt(slot, away.units(), away.rows.len() as u32);
+        }
+        slot
     }
 
     /// From now on, paid records leave memory once `take_changes` has
@@ -299,7 +361,21 @@ impl Gate {
             debug_assert!(false, "archived row {id} is corrupt");
             return;
         };
-        let slot = self.buyers.unarchive(&row.buyer);
+        let slot = match self.buyers.find(&row.buyer) {
+            Some(slot) => {
+                self.buyers.unarchive(slot);
+                slot
+            }
+            None => {
+                // This record comes into memory; the buyer's others stay in
+                // storage, and all their units are the slot's.
+                let away = self.away(archive, &row.buyer);
+                let (units, records) = away.map_or((0, 0), |a| (a.units(), a.rows.len() as u32));
+                let slot = self.buyers.acquire(&row.buyer, Some(None));
+                self.buyers.adopt(slot, units, records.saturating_sub(1));
+                slot
+            }
+        };
         // Marked, so that `take_changes` archives it again even if the
         // caller then changes nothing.
         self.dirty.keys.push(ItemKey::Reservation(id));
@@ -386,6 +462,11 @@ impl Gate {
         // a retry gets its first answer even after the sale closed. A buyer
         // with no slot has no records, so no key to replay.
         let slot = self.buyers.find(buyer);
+        // A buyer with no slot may still have paid records in storage.
+        let away = match slot {
+            None => self.away(archive, buyer),
+            Some(_) => None,
+        };
         let resident = slot
             .and_then(|slot| self.store.find_idem(slot, idem_key))
             .map(|id| {
@@ -395,10 +476,13 @@ impl Gate {
         // Only a buyer with archived records can have a key in storage, so
         // everyone else is decided without reading it.
         let stored = || {
-            let slot = slot.filter(|&s| self.archived && self.buyers.archived(s) > 0)?;
-            let row = archive
-                .paid_by_key(self.buyers.id(slot), idem_key)
-                .filter(|r| r.state.paid())?;
+            let row = match (slot, &away) {
+                (Some(slot), _) if self.archived && self.buyers.archived(slot) > 0 => archive
+                    .paid_by_key(self.buyers.id(slot), idem_key)
+                    .filter(|r| r.state.paid())?,
+                (None, Some(away)) => away.rows.iter().find(|r| *r.idem_key == *idem_key)?.clone(),
+                _ => return None,
+            };
             Some((row.id, row.quantity, row.expires_at_ms))
         };
         if let Some((id, q, expires_at_ms)) = resident.or_else(stored) {
@@ -459,7 +543,10 @@ impl Gate {
         if self.available == 0 {
             return ReserveOutcome::SoldOut;
         }
-        let used = slot.map_or(0, |slot| self.buyers.units(slot));
+        let used = match slot {
+            Some(slot) => self.buyers.units(slot),
+            None => away.as_ref().map_or(0, Away::units),
+        };
         if u64::from(used) + u64::from(quantity) > u64::from(self.config.per_buyer_max) {
             return ReserveOutcome::BuyerLimitReached {
                 remaining: self.config.per_buyer_max.saturating_sub(used),
@@ -475,7 +562,7 @@ impl Gate {
         let id = self.next_id;
         self.next_id += 1;
         let expires_at_ms = now_ms.saturating_add(self.config.hold_ttl_ms);
-        let buyer = self.buyers.acquire(buyer, Some(slot));
+        let buyer = self.slot_for(buyer, slot, away.as_ref());
         self.buyers.add_units(buyer, quantity);
         self.store.insert(
             id,
@@ -566,6 +653,7 @@ impl Gate {
         r.state = HoldState::Confirmed;
         let removed = self.expiry.remove(&(r.expires_at_ms, id));
         assert!(removed, "a live hold is in the expiry index");
+        self.paid_buyers.insert(buyer);
         let seq = self.outbox.push(OutboxEvent::Order {
             reservation_id: id,
             buyer: buyer.into(),
@@ -859,10 +947,17 @@ impl Gate {
         &self.admission
     }
 
-    /// The buyers who hold or bought units: the ones whose retries must
-    /// reach the object even when it has nothing left (their replays).
-    pub fn buyers_with_units(&self) -> impl Iterator<Item = &str> + Clone {
-        self.buyers.ids_with_units()
+    /// A filter of every buyer who holds or bought units, those with only
+    /// paid orders in storage included (and, harmlessly, buyers whose
+    /// orders were voided since): what the edge lets through to the object
+    /// when nothing is left, so that their replays are answered. Sized by
+    /// the stock when the gate was built or restored.
+    pub fn buyers_filter(&self) -> Bloom {
+        let mut filter = self.paid_buyers.clone();
+        for buyer in self.buyers.ids_with_units() {
+            filter.insert(buyer);
+        }
+        filter
     }
 
     /// The next instant at which the gate has work: a hold to expire, a
@@ -931,7 +1026,9 @@ impl Gate {
 
     /// Sets the total. It may never fall below the units held or sold.
     pub fn set_total(&mut self, now_ms: u64, stock_total: u64) -> Result<(), AdminRefusal> {
+        // The rules do not change, so storage is not read.
         self.update(
+            &crate::archive::NoArchive,
             now_ms,
             &ConfigPatch {
                 stock_total: Some(stock_total),
@@ -941,7 +1038,9 @@ impl Gate {
     }
 
     pub fn set_mode(&mut self, now_ms: u64, mode: Mode) -> Result<(), AdminRefusal> {
+        // The rules do not change, so storage is not read.
         self.update(
+            &crate::archive::NoArchive,
             now_ms,
             &ConfigPatch {
                 mode: Some(mode),
@@ -952,7 +1051,12 @@ impl Gate {
 
     /// Replaces the rules. New rules apply to new requests; live holds keep
     /// their expiry.
-    pub fn configure(&mut self, now_ms: u64, config: &Config) -> Result<(), AdminRefusal> {
+    pub fn configure(
+        &mut self,
+        archive: &dyn Archive,
+        now_ms: u64,
+        config: &Config,
+    ) -> Result<(), AdminRefusal> {
         let Config {
             per_buyer_max,
             quantity_max,
@@ -968,6 +1072,7 @@ impl Gate {
             attempt_window_ms,
         } = *config;
         self.update(
+            archive,
             now_ms,
             &ConfigPatch {
                 per_buyer_max: Some(per_buyer_max),
@@ -991,13 +1096,25 @@ impl Gate {
     /// together: all of it, or none if any part is refused.
     /// `per_buyer_max` may not drop below what a buyer already holds or
     /// bought, so that the per-buyer invariant keeps holding.
-    pub fn update(&mut self, now_ms: u64, patch: &ConfigPatch) -> Result<(), AdminRefusal> {
+    pub fn update(
+        &mut self,
+        archive: &dyn Archive,
+        now_ms: u64,
+        patch: &ConfigPatch,
+    ) -> Result<(), AdminRefusal> {
         self.settle(now_ms);
         let config = patch.apply(&self.config);
         let config_changed = config != self.config;
         if config_changed {
             config.validate().map_err(AdminRefusal::InvalidConfig)?;
-            let most = self.buyers.units_max();
+            // A buyer with a slot counts all its units; one without has
+            // only paid units, in storage.
+            let away = if self.archived {
+                archive.paid_units_max()
+            } else {
+                0
+            };
+            let most = self.buyers.units_max().max(away);
             if config.per_buyer_max < most {
                 return Err(AdminRefusal::BuyerAboveLimit { units: most });
             }

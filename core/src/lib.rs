@@ -19,6 +19,7 @@
 pub mod admission;
 pub mod archive;
 mod audit;
+pub mod bloom;
 mod buyers;
 pub mod config;
 pub mod gate;

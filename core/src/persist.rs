@@ -116,11 +116,20 @@ impl Gate {
         rows: impl IntoIterator<Item = Row>,
     ) -> Result<Gate, RestoreError> {
         let mut rows: Vec<Row> = rows.into_iter().collect();
-        // The restorer takes the singletons first and reservations by id.
-        rows.sort_by_key(|r| match r {
-            Row::Meta(_) | Row::Config(_) | Row::Admission(_) => (0, 0),
-            Row::Reservation(r) => (1, r.id),
-            Row::Outbox(e) => (2, e.seq),
+        // The restorer takes the singletons first, then reservations by id
+        // (for an archived gate, those that stay in storage last, by buyer),
+        // then the outbox.
+        let archive = restorer.archive;
+        rows.sort_by(|a, b| {
+            let key = |r: &Row| match r {
+                Row::Meta(_) | Row::Config(_) | Row::Admission(_) => (0, None, 0),
+                Row::Reservation(r) if archive && r.state.paid() => {
+                    (2, Some(r.buyer.clone()), r.id)
+                }
+                Row::Reservation(r) => (1, None, r.id),
+                Row::Outbox(e) => (3, None, e.seq),
+            };
+            key(a).cmp(&key(b))
         });
         for row in rows {
             restorer.push(row)?;
@@ -133,7 +142,9 @@ impl Gate {
 /// never holds the rows and the gate at once: the object feeds it straight
 /// from the SQL cursor. The singletons (meta, config, admission) come
 /// first and reservations in ascending id order, as `sql::load` reads them;
-/// a reservation that arrives before the singletons waits for them.
+/// for an archived gate, the paid reservations (which stay in storage) come
+/// after all others, ordered by buyer. A reservation that arrives before
+/// the singletons waits for them.
 #[derive(Default)]
 pub struct Restorer {
     meta: Option<MetaRow>,
@@ -151,6 +162,9 @@ pub struct Restorer {
     /// whose order or void may still be in the outbox, for the links the
     /// outbox is checked against.
     links: hashbrown::HashMap<ReservationId, (u64, Option<u64>)>,
+    /// The buyer whose paid rows are being read (archived, no slot), with
+    /// the units they hold so far. `Some` once the paid rows began.
+    away: Option<(String, u32)>,
 }
 
 impl Restorer {
@@ -229,7 +243,14 @@ impl Restorer {
         gate.archived = self.archive;
         self.gate = Some(gate);
         let mut early = std::mem::take(&mut self.early);
-        early.sort_unstable_by_key(|r| r.id);
+        let archive = self.archive;
+        early.sort_by(|a, b| {
+            let key = |r: &ReservationRow| {
+                let stays = archive && r.state.paid();
+                (stays, stays.then(|| r.buyer.clone()), r.id)
+            };
+            key(a).cmp(&key(b))
+        });
         for r in early {
             self.reservation(r)?;
         }
@@ -240,14 +261,26 @@ impl Restorer {
         let window = self.window;
         let id = row.id;
         let bad = |why| Err(RestoreError::BadReservation(id, why));
-        match self.last_id {
-            Some(last) if last == id => {
-                return Err(RestoreError::DuplicateKey(RowKey::Reservation(id)))
+        let stays_in_storage = self.archive && row.state.paid();
+        if stays_in_storage {
+            // The second part of an archived restore: paid rows by buyer,
+            // so that each buyer's are counted together.
+            if self.away.as_ref().is_some_and(|(b, _)| *b > row.buyer) {
+                return bad("paid reservations out of buyer order");
             }
-            Some(last) if last > id => return bad("reservations out of id order"),
-            _ => {}
+        } else {
+            if self.away.is_some() {
+                return bad("a reservation in memory after the paid ones");
+            }
+            match self.last_id {
+                Some(last) if last == id => {
+                    return Err(RestoreError::DuplicateKey(RowKey::Reservation(id)))
+                }
+                Some(last) if last > id => return bad("reservations out of id order"),
+                _ => {}
+            }
+            self.last_id = Some(id);
         }
-        self.last_id = Some(id);
         let gate = self.gate.as_mut().expect("started before any reservation");
         if id >= self.next_reservation_id {
             return bad("id at or above next_reservation_id");
@@ -271,15 +304,11 @@ impl Restorer {
             Err(why) => return bad(why),
         };
         let quantity = u64::from(row.quantity);
-        let stays_in_storage = self.archive && row.state.paid();
-        let buyer = if stays_in_storage {
-            gate.buyers.restore_archived(&row.buyer)
+        let units = if row.state == HoldState::Held || row.state == HoldState::Confirmed {
+            row.quantity
         } else {
-            gate.buyers.acquire(&row.buyer, Some(known))
+            0
         };
-        if matches!(row.state, HoldState::Held | HoldState::Confirmed) {
-            gate.buyers.add_units(buyer, row.quantity);
-        }
         match row.state {
             HoldState::Held => {
                 gate.expiry.insert((row.expires_at_ms, id));
@@ -303,8 +332,29 @@ impl Restorer {
             if p.outbox_seq > acked || void_seq.is_some_and(|s| s > acked) {
                 self.links.insert(id, (p.outbox_seq, void_seq));
             }
+            gate.paid_buyers.insert(&row.buyer);
+            match known {
+                // The buyer has records in memory: its slot counts these.
+                Some(slot) => {
+                    gate.buyers.add_units(slot, units);
+                    gate.buyers.restore_archived(slot);
+                }
+                // Otherwise nothing of the buyer stays in memory but the
+                // filter, and the count of such buyers with units.
+                None => match &mut self.away {
+                    Some((b, n)) if *b == row.buyer => *n += units,
+                    group => {
+                        if group.as_ref().is_some_and(|(_, n)| *n > 0) {
+                            gate.buyers.restore_away();
+                        }
+                        *group = Some((row.buyer, units));
+                    }
+                },
+            }
             return Ok(());
         }
+        let buyer = gate.buyers.acquire(&row.buyer, Some(known));
+        gate.buyers.add_units(buyer, units);
         gate.store.insert(
             id,
             Reservation {
@@ -323,6 +373,9 @@ impl Restorer {
     pub fn finish(mut self) -> Result<Gate, RestoreError> {
         self.start()?;
         let mut gate = self.gate.take().expect("started");
+        if self.away.as_ref().is_some_and(|(_, n)| *n > 0) {
+            gate.buyers.restore_away();
+        }
         let mut outbox = std::mem::take(&mut self.outbox);
         let committed = gate.held + gate.sold;
         if committed > gate.stock_total || gate.stock_total > limits::STOCK_UNITS_MAX {

@@ -1004,7 +1004,7 @@ impl Sim {
                 }
                 let most = self.buyers.iter().map(|b| m.used(b)).max().unwrap_or(0);
                 let c = with_prequeue(&mut self.rng, c);
-                let got = self.gate.configure(now, &c);
+                let got = self.gate.configure(&self.storage, now, &c);
                 let want = if c.per_buyer_max < most {
                     Err(AdminRefusal::BuyerAboveLimit { units: most })
                 } else {
