@@ -9,7 +9,10 @@
 //! positive (about 0.05% at the design size) only costs that request a trip
 //! to the object. The filter is capped at `FILTER_BYTES_MAX`; past the size
 //! it was designed for, its false-positive rate rises, which again costs
-//! trips and never a wrong answer.
+//! trips and never a wrong answer. The object builds it from the gate's own
+//! filter of paying buyers (`Gate::buyers_filter`, core's `bloom.rs`, whose
+//! hashing this shares), since a buyer with only paid orders is not in
+//! memory.
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
