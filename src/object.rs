@@ -52,8 +52,9 @@ pub struct Stored {
 /// Durable Object's SQL is.
 pub trait Storage {
     /// Streams the stored product's rows to `each`, one at a time (the
-    /// singletons first, then reservations by id, then the outbox), and
-    /// returns its product id; `None` if this object never held one.
+    /// singletons first, then the reservations kept in memory by id, then
+    /// the paid ones by buyer, then the outbox), and returns its product
+    /// id; `None` if this object never held one.
     fn load(
         &mut self,
         each: &mut dyn FnMut(Row) -> Result<(), StorageError>,
@@ -83,6 +84,8 @@ pub trait Storage {
     fn paid_of_buyer(&mut self, buyer: &str) -> Result<Vec<ReservationRow>, StorageError>;
     /// The most units any buyer's confirmed reservations hold.
     fn paid_units_max(&mut self) -> Result<u32, StorageError>;
+    /// Each buyer with paid reservations, once, streamed.
+    fn each_paid_buyer(&mut self, each: &mut dyn FnMut(&str)) -> Result<(), StorageError>;
     /// Every paid reservation: for audits in tests.
     fn all_paid(&mut self) -> Result<Vec<ReservationRow>, StorageError>;
     /// Runs `body` as one transaction: if it returns an error, or the commit
@@ -144,6 +147,9 @@ impl<S: Storage> Archive for Reader<'_, S> {
     }
     fn paid_units_max(&self) -> u32 {
         self.read(|s| s.paid_units_max())
+    }
+    fn each_paid_buyer(&self, each: &mut dyn FnMut(&str)) {
+        self.read(|s| s.each_paid_buyer(each))
     }
     fn all_paid(&self) -> Vec<ReservationRow> {
         self.read(|s| s.all_paid())

@@ -107,7 +107,7 @@ pub fn execute(
             Ok(()) => Reply::ok(200, views::product(g, id, now_ms)),
             Err(refusal) => admin_problem(refusal).into(),
         },
-        Command::Restock { units, .. } => match g.add_units(now_ms, *units) {
+        Command::Restock { units, .. } => match g.add_units(archive, now_ms, *units) {
             Ok(()) => Reply::ok(200, views::product(g, id, now_ms)),
             Err(refusal) => admin_problem(refusal).into(),
         },

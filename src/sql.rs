@@ -352,6 +352,11 @@ struct CountSql {
 }
 
 #[derive(Deserialize)]
+struct BuyerSql {
+    buyer: String,
+}
+
+#[derive(Deserialize)]
 struct ProductSql {
     product_id: String,
 }
@@ -566,7 +571,8 @@ pub fn load(
     // key index), as `Restorer` takes them.
     for part in [
         format!("SELECT * FROM reservations WHERE NOT ({PAID_STATES}) ORDER BY id"),
-        format!("SELECT * FROM reservations WHERE {PAID_STATES} ORDER BY buyer, id"),
+        // By the key index, whose order is the buyer's first: no sort.
+        format!("SELECT * FROM reservations WHERE {PAID_STATES} ORDER BY buyer"),
     ] {
         db.query_each::<ReservationSql>(&part, &mut |r| each(Row::Reservation(r.row()?)))?;
     }
@@ -616,6 +622,14 @@ impl<D: SqlDb> Storage for D {
              FROM reservations WHERE state = 'confirmed' GROUP BY buyer)",
         )?;
         Ok(most.first().map_or(0, |m| m.n as u32))
+    }
+
+    fn each_paid_buyer(&mut self, each: &mut dyn FnMut(&str)) -> Result<(), StorageError> {
+        let sql = format!("SELECT DISTINCT buyer FROM reservations WHERE {PAID_STATES}");
+        self.query_each::<BuyerSql>(&sql, &mut |b| {
+            each(&b.buyer);
+            Ok(())
+        })
     }
 
     fn all_paid(&mut self) -> Result<Vec<ReservationRow>, StorageError> {

@@ -150,6 +150,12 @@ impl Storage for MemStorage {
         Ok(Archive::paid_units_max(&self.rows))
     }
 
+    fn each_paid_buyer(&mut self, each: &mut dyn FnMut(&str)) -> Result<(), StorageError> {
+        self.read()?;
+        Archive::each_paid_buyer(&self.rows, each);
+        Ok(())
+    }
+
     fn all_paid(&mut self) -> Result<Vec<ReservationRow>, StorageError> {
         Ok(Archive::all_paid(&self.rows))
     }

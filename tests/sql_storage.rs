@@ -224,7 +224,7 @@ fn sqlite_restores_exactly_what_the_gate_wrote() {
                         ..ConfigPatch::default()
                     };
                     let _ = gate.update(a, now, &patch);
-                    let _ = gate.add_units(now, rng.below(3));
+                    let _ = gate.add_units(a, now, rng.below(3));
                 }
             }
             let store = reader

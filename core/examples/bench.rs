@@ -111,7 +111,7 @@ fn main() {
     // live holds, hammered by buyers with fresh keys (the hot path of a sale
     // once the stock is gone).
     let (mut gate, _) = fill(n, 10 * n as u64, &buyers, &keys, false);
-    gate.set_total(n as u64, n as u64)
+    gate.set_total(&NoArchive, n as u64, n as u64)
         .expect("the total covers every hold");
     gate.take_changes();
     let mut refusals = Vec::new();

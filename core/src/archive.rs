@@ -36,6 +36,9 @@ pub trait Archive {
     /// The most units any buyer's confirmed records in storage hold: for
     /// an admin lowering `per_buyer_max`.
     fn paid_units_max(&self) -> u32;
+    /// Each buyer with paid records, once: for rebuilding the filter of
+    /// paying buyers after a restock. O(n).
+    fn each_paid_buyer(&self, each: &mut dyn FnMut(&str));
     /// Every paid record, for audits only: O(n).
     fn all_paid(&self) -> Vec<ReservationRow>;
 }
@@ -57,6 +60,7 @@ impl Archive for NoArchive {
     fn paid_units_max(&self) -> u32 {
         0
     }
+    fn each_paid_buyer(&self, _: &mut dyn FnMut(&str)) {}
     fn all_paid(&self) -> Vec<ReservationRow> {
         Vec::new()
     }
@@ -89,6 +93,13 @@ impl Archive for std::collections::BTreeMap<crate::rows::RowKey, crate::rows::Ro
             }
         }
         units.into_values().max().unwrap_or(0)
+    }
+    fn each_paid_buyer(&self, each: &mut dyn FnMut(&str)) {
+        let buyers: std::collections::BTreeSet<String> =
+            self.all_paid().into_iter().map(|r| r.buyer).collect();
+        for buyer in &buyers {
+            each(buyer);
+        }
     }
     fn all_paid(&self) -> Vec<ReservationRow> {
         self.values()

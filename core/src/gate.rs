@@ -69,16 +69,19 @@ pub struct Gate {
     /// restored): an archived gate reads storage for a buyer with no slot
     /// only if this may contain it. Memory only, of a fixed size.
     pub(crate) paid_buyers: Bloom,
+    /// The buyers `paid_buyers` was sized for.
+    pub(crate) paid_buyers_sized_for: u64,
 }
 
 /// The fewest buyers the paid buyers' filter is sized for, so that a
 /// product created small and restocked keeps a useful filter.
 const PAID_BUYERS_SIZED_MIN: u64 = 1_024;
 
-/// The paid buyers' filter for a product of `stock_total` units: each buyer
-/// with units holds at least one, so the stock bounds them.
-pub(crate) fn paid_buyers_filter(stock_total: u64) -> Bloom {
-    Bloom::with_capacity(stock_total.max(PAID_BUYERS_SIZED_MIN))
+/// How many buyers the paid buyers' filter of a product of `stock_total`
+/// units is sized for: each buyer with units holds at least one, so the
+/// stock bounds them.
+pub(crate) fn paid_buyers_sized_for(stock_total: u64) -> u64 {
+    stock_total.max(PAID_BUYERS_SIZED_MIN)
 }
 
 /// A buyer's paid records in storage, as read when the buyer has no slot.
@@ -273,8 +276,32 @@ impl Gate {
             counters: Counters::default(),
             settling: Settling::default(),
             archived: false,
-            paid_buyers: paid_buyers_filter(stock_total),
+            paid_buyers: Bloom::with_capacity(paid_buyers_sized_for(stock_total)),
+            paid_buyers_sized_for: paid_buyers_sized_for(stock_total),
         }
+    }
+
+    /// Rebuilds the paid buyers' filter, larger, once the stock has grown to
+    /// twice what it was sized for, so that a restock does not fill it (a
+    /// full filter costs reads of storage and lets every sold-out request
+    /// through the edge). One pass over the paying buyers in storage: an
+    /// admin's restock pays for it, never a buyer's request.
+    fn grow_paid_buyers(&mut self, archive: &dyn Archive) {
+        let want = paid_buyers_sized_for(self.stock_total);
+        if want < self.paid_buyers_sized_for.saturating_mul(2) {
+            return;
+        }
+        let mut filter = Bloom::with_capacity(want);
+        if self.archived {
+            archive.each_paid_buyer(&mut |buyer| filter.insert(buyer));
+        }
+        for (id, r) in self.store.iter() {
+            if self.store.paid(id).is_some() {
+                filter.insert(self.buyers.id(r.buyer));
+            }
+        }
+        self.paid_buyers = filter;
+        self.paid_buyers_sized_for = want;
     }
 
     /// Reads the paid records of `buyer`, who has no slot, if the buyer
@@ -1006,7 +1033,12 @@ impl Gate {
 
     // ----- admin ------------------------------------------------------------
 
-    pub fn add_units(&mut self, now_ms: u64, units: u64) -> Result<(), AdminRefusal> {
+    pub fn add_units(
+        &mut self,
+        archive: &dyn Archive,
+        now_ms: u64,
+        units: u64,
+    ) -> Result<(), AdminRefusal> {
         self.settle(now_ms);
         match self.stock_total.checked_add(units) {
             Some(total) if total <= limits::STOCK_UNITS_MAX => {
@@ -1017,6 +1049,7 @@ impl Gate {
                     self.dirty.meta = true;
                     self.emit_stock(now_ms);
                     self.sync_admission(now_ms);
+                    self.grow_paid_buyers(archive);
                 }
                 Ok(())
             }
@@ -1025,10 +1058,14 @@ impl Gate {
     }
 
     /// Sets the total. It may never fall below the units held or sold.
-    pub fn set_total(&mut self, now_ms: u64, stock_total: u64) -> Result<(), AdminRefusal> {
-        // The rules do not change, so storage is not read.
+    pub fn set_total(
+        &mut self,
+        archive: &dyn Archive,
+        now_ms: u64,
+        stock_total: u64,
+    ) -> Result<(), AdminRefusal> {
         self.update(
-            &crate::archive::NoArchive,
+            archive,
             now_ms,
             &ConfigPatch {
                 stock_total: Some(stock_total),
@@ -1109,7 +1146,8 @@ impl Gate {
             config.validate().map_err(AdminRefusal::InvalidConfig)?;
             // A buyer with a slot counts all its units; one without has
             // only paid units, in storage.
-            let away = if self.archived {
+            let lowered = config.per_buyer_max < self.config.per_buyer_max;
+            let away = if self.archived && lowered {
                 archive.paid_units_max()
             } else {
                 0
@@ -1160,6 +1198,7 @@ impl Gate {
             self.assert_stock();
             self.dirty.meta = true;
             self.emit_stock(now_ms);
+            self.grow_paid_buyers(archive);
         }
         if let Some(mode) = patch.mode.filter(|&m| m != self.mode) {
             self.mode = mode;

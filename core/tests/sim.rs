@@ -937,7 +937,7 @@ impl Sim {
         match self.rng.below(7) {
             0 => {
                 let n = self.rng.range(0, 10);
-                let got = self.gate.add_units(now, n);
+                let got = self.gate.add_units(&self.storage, now, n);
                 assert_eq!(got, Ok(()));
                 if n > 0 {
                     m.total += n;
@@ -947,7 +947,7 @@ impl Sim {
             }
             1 => {
                 let t = committed.saturating_sub(3) + self.rng.range(0, 12);
-                let got = self.gate.set_total(now, t);
+                let got = self.gate.set_total(&self.storage, now, t);
                 let want = if t < committed {
                     Err(AdminRefusal::BelowCommitted { committed })
                 } else {
