@@ -487,9 +487,9 @@ impl Gate {
         }
         // The key is checked before anything else about the request, so that
         // a retry gets its first answer even after the sale closed. A buyer
-        // with no slot has no records, so no key to replay.
+        // with no slot has no record in memory, but may have paid ones in
+        // storage: they are read if the filter of paying buyers says so.
         let slot = self.buyers.find(buyer);
-        // A buyer with no slot may still have paid records in storage.
         let away = match slot {
             None => self.away(archive, buyer),
             Some(_) => None,
@@ -501,7 +501,8 @@ impl Gate {
                 (id, r.quantity, r.expires_at_ms)
             });
         // Only a buyer with archived records can have a key in storage, so
-        // everyone else is decided without reading it.
+        // everyone else is decided without reading it (a slot counts its
+        // buyer's archived records; a slot-less buyer's were read above).
         let stored = || {
             let row = match (slot, &away) {
                 (Some(slot), _) if self.archived && self.buyers.archived(slot) > 0 => archive
