@@ -281,7 +281,13 @@ pub struct Locked {
     pub redis: ConnectionManager,
     pub pool: PgPool,
     pub cfg: RedisLock,
+    /// Contenders so far, for the tokens.
     holders: AtomicU64,
+    /// Holders that took the lock so far, for the stall fault: counted
+    /// once the lock is held, so that the N-th holder stalls whatever the
+    /// contention (counting contenders made the stall land at random, and
+    /// sometimes not at all).
+    acquired: AtomicU64,
     renew: Script,
     release: Script,
 }
@@ -293,6 +299,7 @@ impl Locked {
             pool,
             cfg,
             holders: AtomicU64::new(0),
+            acquired: AtomicU64::new(0),
             renew: Script::new(RENEW_LUA),
             release: Script::new(RELEASE_LUA),
         }
@@ -356,7 +363,7 @@ impl Locked {
                 }
             })
         });
-        let n = self.holders.load(Ordering::Relaxed);
+        let n = self.acquired.fetch_add(1, Ordering::Relaxed) + 1;
         let stall_ms = if self.cfg.stall_every > 0 && n.is_multiple_of(self.cfg.stall_every) {
             self.cfg.stall_ms
         } else {
