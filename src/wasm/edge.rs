@@ -7,12 +7,13 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use worker::wasm_bindgen::{JsCast, JsValue};
+use worker::js_sys;
+use worker::wasm_bindgen::{self, prelude::wasm_bindgen, JsCast, JsValue};
 use worker::wasm_bindgen_futures::JsFuture;
 use worker::worker_sys::web_sys;
 use worker::{event, Context, Delay, Env, Headers, Request, Response};
 
-use flashgate_wire::signing::{self, Presented};
+use flashgate_wire::signing::Presented;
 use serde_json::json;
 
 use crate::api::{self, Command, Incoming, Route, BODY_BYTES_MAX};
@@ -24,8 +25,8 @@ use crate::problem::Problem;
 use crate::rate_limit::{self, Limiter};
 use crate::reply::Reply;
 use crate::settings::Settings;
-use crate::ticket::TICKET_HEADER;
 use crate::time::rfc3339;
+use crate::wasm::request::{Field, Parts};
 use crate::wasm::{config, http};
 
 thread_local! {
@@ -79,10 +80,10 @@ async fn fetch(
 async fn read_body(
     req: web_sys::Request,
     method: &str,
-    headers: &Headers,
+    parts: &Parts,
 ) -> worker::Result<Result<Vec<u8>, Problem>> {
-    let declared = headers
-        .get("content-length")?
+    let declared = parts
+        .get(Field::ContentLength)
         .and_then(|v| v.trim().parse::<u64>().ok());
     if declared.is_some_and(|n| n > BODY_BYTES_MAX as u64) {
         return Ok(Err(Problem::body_too_large(BODY_BYTES_MAX)));
@@ -165,18 +166,17 @@ fn session(settings: &Settings, secure: bool) -> worker::Result<Response> {
 }
 
 async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
-    let method = req.method();
-    let url = req.url();
-    let path_and_query = api::path_and_query(&url);
+    let parts = Parts::read(&req);
+    let (method, url) = (parts.method.as_str(), parts.url.as_str());
+    let path_and_query = api::path_and_query(url);
     let path = api::path(path_and_query);
-    let headers = Headers(req.headers());
-    let route = match api::route(&method, path) {
+    let route = match api::route(method, path) {
         Ok(Route::Page(page)) => {
             let payment_url = env
                 .var("DEMO_PAYMENT_URL")
                 .map(|v| v.to_string())
                 .unwrap_or_default();
-            let lang = Lang::from_accept_language(headers.get("accept-language")?.as_deref());
+            let lang = Lang::from_accept_language(parts.get(Field::AcceptLanguage));
             return html_response(crate::page::html(&page, lang, &payment_url)).map(Answer::Built);
         }
         Ok(Route::OpenApi) => {
@@ -191,7 +191,7 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
     };
     // Every API request meets the client's limit first, so a flood is
     // turned away before anything else is read or verified.
-    let ip = rate_limit::ip_key(headers.get("cf-connecting-ip")?.as_deref());
+    let ip = rate_limit::ip_key(parts.get(Field::ConnectingIp));
     if let Some(refused) = limit(env, &settings, Limiter::Ip, &ip).await? {
         return Ok(Answer::Built(refused));
     }
@@ -200,47 +200,34 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
         Route::Api(route) => route,
         Route::Session => return session(&settings, url.starts_with("https:")).map(Answer::Built),
         Route::Queue { product_id, join } => {
-            return queue(&headers, env, &settings, &product_id, join, now)
+            return queue(&parts, env, &settings, &product_id, join, now)
                 .await
                 .map(Answer::Built);
         }
         Route::ListProducts => return list_products(env).await.map(Answer::Built),
         Route::Live { product_id } => {
-            return live(&headers, env, &settings, &product_id, now).await;
+            return live(&parts, env, &settings, &product_id, now).await;
         }
         Route::Page(_) | Route::OpenApi => {
             return http::problem(Problem::internal()).map(Answer::Built)
         }
     };
-    let body = match read_body(req, &method, &headers).await? {
+    let body = match read_body(req, method, &parts).await? {
         Ok(b) => b,
         Err(p) => return http::problem(p).map(Answer::Built),
     };
-    let header = |name: &str| headers.get(name).ok().flatten();
-    let (content_type, idempotency_key, authorization, cookie, ticket) = (
-        header("content-type"),
-        header("idempotency-key"),
-        header("authorization"),
-        header("cookie"),
-        header(TICKET_HEADER),
-    );
-    let (kid, timestamp, signature) = (
-        header(signing::KEY_ID_HEADER),
-        header(signing::TIMESTAMP_HEADER),
-        header(signing::SIGNATURE_HEADER),
-    );
     let incoming = Incoming {
-        method: &method,
+        method,
         path_and_query,
-        content_type: content_type.as_deref(),
-        idempotency_key: idempotency_key.as_deref(),
-        authorization: authorization.as_deref(),
-        cookie: cookie.as_deref(),
-        ticket: ticket.as_deref(),
+        content_type: parts.get(Field::ContentType),
+        idempotency_key: parts.get(Field::IdempotencyKey),
+        authorization: parts.get(Field::Authorization),
+        cookie: parts.get(Field::Cookie),
+        ticket: parts.get(Field::Ticket),
         signature: Presented {
-            kid: kid.as_deref(),
-            timestamp: timestamp.as_deref(),
-            signature: signature.as_deref(),
+            kid: parts.get(Field::KeyId),
+            timestamp: parts.get(Field::Timestamp),
+            signature: parts.get(Field::Signature),
         },
         body: &body,
     };
@@ -316,20 +303,20 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
 /// numbers); a buyer token, when sent, must be valid, and labels the socket.
 /// An unknown product is refused here, from the edge cache.
 async fn live(
-    headers: &Headers,
+    parts: &Parts,
     env: &Env,
     settings: &Settings,
     product_id: &str,
     now: u64,
 ) -> worker::Result<Answer> {
-    let upgrade = headers.get("upgrade")?.unwrap_or_default();
+    let upgrade = parts.get(Field::Upgrade).unwrap_or_default();
     if !upgrade.eq_ignore_ascii_case("websocket") {
         return http::problem(Problem::upgrade_required()).map(Answer::Built);
     }
     let buyer = match auth::viewer(
         settings,
-        headers.get("authorization")?.as_deref(),
-        headers.get("cookie")?.as_deref(),
+        parts.get(Field::Authorization),
+        parts.get(Field::Cookie),
         now,
     ) {
         Ok(b) => b,
@@ -628,18 +615,17 @@ async fn refresh(env: &Env, product_id: &str) {
 /// the snapshot, so a crowd in the room costs its object about one request
 /// per isolate per second.
 async fn queue(
-    headers: &Headers,
+    parts: &Parts,
     env: &Env,
     settings: &Settings,
     product_id: &str,
     join: bool,
     now: u64,
 ) -> worker::Result<Response> {
-    let header = |name: &str| headers.get(name).ok().flatten();
     let buyer = match auth::buyer(
         settings,
-        header("authorization").as_deref(),
-        header("cookie").as_deref(),
+        parts.get(Field::Authorization),
+        parts.get(Field::Cookie),
         now,
     ) {
         Ok(b) => b,
@@ -678,13 +664,13 @@ async fn queue(
         });
         return http::respond(Reply::ok(201, body));
     }
-    let Some(text) = header(TICKET_HEADER) else {
+    let Some(text) = parts.get(Field::Ticket) else {
         return http::problem(Problem::new(
             ProblemCode::TicketRequired,
             "send the ticket from joining the waiting room as Flashgate-Ticket",
         ));
     };
-    let claims = match settings.ticket_key.verify(&text, product_id, &buyer, now) {
+    let claims = match settings.ticket_key.verify(text, product_id, &buyer, now) {
         Ok(c) => c,
         Err(e) => return http::problem(e.problem()),
     };
@@ -721,29 +707,60 @@ async fn forward_raw(
     product_id: &str,
     cmd: &Command,
 ) -> worker::Result<web_sys::Response> {
-    let stub: worker::worker_sys::DurableObject = env
-        .durable_object("PRODUCT_GATE")?
-        .id_from_name(product_id)?
-        .get_stub()?
-        .into_rpc();
-    let init = web_sys::RequestInit::new();
+    let (header, body) = match cmd.to_header() {
+        Some(header) => (Some(header), None),
+        None => (None, Some(serde_json::to_string(cmd)?)),
+    };
     let watch = matches!(cmd, Command::Watch { .. });
-    // A watch is a WebSocket upgrade, which is a GET without a body.
-    init.set_method(if watch { "GET" } else { "POST" });
-    match cmd.to_header() {
-        Some(header) => {
-            let headers = web_sys::Headers::new()?;
-            headers.set(api::COMMAND_HEADER, &header)?;
-            if watch {
-                headers.set("upgrade", "websocket")?;
-            }
-            init.set_headers(&headers);
-        }
-        None => init.set_body(&JsValue::from_str(&serde_json::to_string(cmd)?)),
-    }
-    let internal = web_sys::Request::new_with_str_and_init("https://product-gate/command", &init)?;
-    let promise = stub.fetch_with_request(&internal)?;
+    let promise = send_command(
+        env,
+        "PRODUCT_GATE",
+        product_id,
+        api::COMMAND_HEADER,
+        header,
+        body,
+        watch,
+    )?;
     Ok(JsFuture::from(promise)
         .await?
         .dyn_into::<web_sys::Response>()?)
+}
+
+#[wasm_bindgen(inline_js = "
+// Object ids by name: deriving one hashes the name, and an id (unlike a
+// stub) is not tied to the request that made it. Bounded: cleared when full.
+const ids = new Map();
+const IDS_MAX = 10000;
+export function send_command(env, binding, name, header, command, body, watch) {
+  const key = binding + '/' + name;
+  let id = ids.get(key);
+  if (id === undefined) {
+    if (ids.size >= IDS_MAX) ids.clear();
+    id = env[binding].idFromName(name);
+    ids.set(key, id);
+  }
+  const headers = new Headers();
+  if (command !== undefined) headers.set(header, command);
+  // A watch is a WebSocket upgrade, which is a GET without a body.
+  if (watch) headers.set('upgrade', 'websocket');
+  return env[binding].get(id).fetch('https://product-gate/command', {
+    method: watch ? 'GET' : 'POST',
+    headers,
+    body,
+  });
+}")]
+extern "C" {
+    /// Sends a command to the named object in one call across the
+    /// boundary (the id, the stub, the request and its fetch): the
+    /// command as the `header` field when it fits, else as the body.
+    #[wasm_bindgen(catch)]
+    fn send_command(
+        env: &Env,
+        binding: &str,
+        name: &str,
+        header: &str,
+        command: Option<String>,
+        body: Option<String>,
+        watch: bool,
+    ) -> Result<js_sys::Promise, JsValue>;
 }

@@ -19,11 +19,12 @@ use std::time::Duration;
 
 use futures_util::future::{select, Either};
 use worker::wasm_bindgen::{self, prelude::wasm_bindgen, JsCast};
+use worker::wasm_bindgen_futures::JsFuture;
+use worker::worker_sys::web_sys;
 use worker::worker_sys::DurableObjectState;
 use worker::{
-    durable_object, js_sys, wasm_bindgen::JsValue, AbortController, Delay, DurableObject, Env,
-    Fetch, Headers, Method, Request, RequestInit, Response, ScheduledTime, State, WebSocket,
-    WebSocketIncomingMessage, WebSocketPair,
+    js_sys, wasm_bindgen::JsValue, AbortController, Delay, Env, Fetch, Headers, Method, Request,
+    RequestInit, Response, ScheduledTime, State, WebSocketPair,
 };
 
 use crate::api::Command;
@@ -38,7 +39,7 @@ use crate::wasm::{config, http};
 use flashgate_wire::signing::{self, Purpose};
 use flashgate_wire::Batch;
 
-#[durable_object]
+#[wasm_bindgen]
 pub struct ProductGate {
     state: State,
     env: Env,
@@ -321,8 +322,31 @@ async fn send(forwarding: &Forwarding, batch: &Batch) -> Attempt {
     }
 }
 
-impl DurableObject for ProductGate {
-    fn new(state: State, env: Env) -> Self {
+#[wasm_bindgen(inline_js = "
+export function command(req, name) {
+  return req.headers.get(name) ?? undefined;
+}")]
+extern "C" {
+    /// The command's header, read in one call across the boundary.
+    fn command(req: &web_sys::Request, name: &str) -> Option<String>;
+}
+
+// The class the runtime instantiates, exported by hand rather than by
+// `#[durable_object]`: that macro converts every request into a
+// `worker::Request` (its method, url, headers and `cf`, each a call across
+// the boundary) and every answer back from a `worker::Response`, which this
+// object's one internal caller never needs. The methods keep the runtime's
+// names and signatures (`fetch`, `alarm`, the hibernation API's
+// `webSocket*`).
+#[wasm_bindgen(
+    wasm_bindgen = ::worker::wasm_bindgen,
+    wasm_bindgen_futures = ::worker::wasm_bindgen_futures,
+    js_sys = ::worker::js_sys
+)]
+impl ProductGate {
+    #[wasm_bindgen(constructor)]
+    pub fn new(state: DurableObjectState, env: Env) -> ProductGate {
+        let state = State::from(state);
         // A gate whose settings are refused answers every request with
         // `misconfigured` (see `fetch`); its object never decides anything.
         let id_secret = config::settings(&env)
@@ -330,9 +354,6 @@ impl DurableObject for ProductGate {
             .unwrap_or_default();
         let object = Rc::new(RefCell::new(ProductObject::new(&id_secret)));
         let (slot, storage, mut store) = (object.clone(), state.storage(), DoSql::new(&state));
-        // Hold every event back until the gate is rebuilt from storage. A
-        // load that fails leaves the object unloaded; the next event tries
-        // again.
         // Viewers' pings are answered by the runtime, without waking the
         // object.
         if let Ok(pair) =
@@ -340,6 +361,9 @@ impl DurableObject for ProductGate {
         {
             state.set_websocket_auto_response(&pair);
         }
+        // Hold every event back until the gate is rebuilt from storage. A
+        // load that fails leaves the object unloaded; the next event tries
+        // again.
         let _init = state.block_concurrency_while(async move {
             if let Err(e) = slot.borrow_mut().ensure_loaded(&mut store) {
                 worker::console_error!("ProductGate: could not load: {e}");
@@ -358,17 +382,74 @@ impl DurableObject for ProductGate {
         }
     }
 
-    async fn fetch(&self, mut req: Request) -> worker::Result<Response> {
+    pub async fn fetch(&self, req: web_sys::Request) -> Result<web_sys::Response, JsValue> {
+        Ok(self.handle(req).await?)
+    }
+
+    pub async fn alarm(&self) -> Result<JsValue, JsValue> {
+        let expired = self
+            .object
+            .borrow_mut()
+            .alarm(&mut self.store(), now_ms())
+            .map_err(|e| worker::Error::RustError(e.0))?;
+        self.after_change();
+        self.drain_outbox().await?;
+        self.arm().await?;
+        Ok(JsValue::from(format!("expired {expired}")))
+    }
+
+    // Viewers only listen: a ping is answered by the runtime (see `new`),
+    // and any other message closes the socket, so no viewer can make the
+    // object work for it.
+
+    #[wasm_bindgen(js_name = webSocketMessage)]
+    pub async fn websocket_message(
+        &self,
+        ws: web_sys::WebSocket,
+        _message: JsValue,
+    ) -> Result<JsValue, JsValue> {
+        ws.close_with_code_and_reason(live::CLOSE_POLICY, "viewers only listen")?;
+        Ok(JsValue::NULL)
+    }
+
+    #[wasm_bindgen(js_name = webSocketClose)]
+    pub async fn websocket_close(
+        &self,
+        ws: web_sys::WebSocket,
+        _code: usize,
+        _reason: String,
+        _was_clean: bool,
+    ) -> Result<JsValue, JsValue> {
+        // Completes the closing handshake; the socket may already be gone.
+        let _ = ws.close_with_code_and_reason(1000, "bye");
+        Ok(JsValue::NULL)
+    }
+
+    #[wasm_bindgen(js_name = webSocketError)]
+    pub async fn websocket_error(
+        &self,
+        _ws: web_sys::WebSocket,
+        _error: JsValue,
+    ) -> Result<JsValue, JsValue> {
+        Ok(JsValue::NULL)
+    }
+}
+
+impl ProductGate {
+    async fn handle(&self, req: web_sys::Request) -> worker::Result<web_sys::Response> {
         if let Err(e) = config::settings(&self.env) {
-            return http::problem(Problem::misconfigured(e.to_string()));
+            return http::problem(Problem::misconfigured(e.to_string())).map(Into::into);
         }
         // The command comes as a header when it fits (read without a
         // promise), else as the body. Text and serde_json, not
         // `req.json()`: parsing in Rust is cheaper than building a JS
         // object and converting it field by field.
-        let text = match req.headers().get(crate::api::COMMAND_HEADER) {
-            Ok(Some(header)) => Ok(header),
-            _ => req.text().await,
+        let text = match command(&req, crate::api::COMMAND_HEADER) {
+            Some(header) => Ok(header),
+            None => JsFuture::from(req.text()?)
+                .await
+                .map(|t| t.as_string().unwrap_or_default())
+                .map_err(worker::Error::from),
         };
         let parsed =
             text.and_then(|t| serde_json::from_str::<Command>(&t).map_err(worker::Error::from));
@@ -377,11 +458,11 @@ impl DurableObject for ProductGate {
             // Only the Worker calls this object, with commands it built.
             Err(e) => {
                 worker::console_error!("ProductGate: bad internal command: {e}");
-                return http::problem(Problem::internal());
+                return http::respond_raw(&Problem::internal().into());
             }
         };
         if let Command::Watch { product_id, buyer } = cmd {
-            return self.watch(&product_id, buyer);
+            return self.watch(&product_id, buyer).map(Into::into);
         }
         // Group commit: wait one tick, so the commands that arrive in it
         // share a batch, then take this command's answer; the first request
@@ -397,58 +478,14 @@ impl DurableObject for ProductGate {
             self.run_batch().await;
         };
         match answer {
-            Answer::Reply(reply) => http::respond(reply),
+            Answer::Reply(reply) => http::respond_raw(&reply),
             // Storage failed: nothing of the batch was stored or
             // acknowledged, the object reloads at its next event, and a
             // retry (after a jittered pause, so a crowd does not return at
             // once) is safe.
-            Answer::Failed(_) => http::problem(Problem::unavailable(js_sys::Math::random())),
+            Answer::Failed(_) => {
+                http::respond_raw(&Problem::unavailable(js_sys::Math::random()).into())
+            }
         }
-    }
-
-    async fn alarm(&self) -> worker::Result<Response> {
-        let expired = self
-            .object
-            .borrow_mut()
-            .alarm(&mut self.store(), now_ms())
-            .map_err(|e| worker::Error::RustError(e.0))?;
-        self.after_change();
-        self.drain_outbox().await?;
-        self.arm().await?;
-        Response::ok(format!("expired {expired}"))
-    }
-
-    // Viewers only listen: a ping is answered by the runtime (see `new`),
-    // and any other message closes the socket, so no viewer can make the
-    // object work for it.
-
-    async fn websocket_message(
-        &self,
-        ws: WebSocket,
-        _message: WebSocketIncomingMessage,
-    ) -> worker::Result<()> {
-        ws.close(Some(live::CLOSE_POLICY), Some("viewers only listen"))
-    }
-
-    async fn websocket_close(
-        &self,
-        ws: WebSocket,
-        _code: usize,
-        _reason: String,
-        _was_clean: bool,
-    ) -> worker::Result<()> {
-        // Completes the closing handshake; the socket may already be gone.
-        let _ = ws.close(Some(1000), Some("bye"));
-        Ok(())
-    }
-
-    async fn websocket_error(&self, _ws: WebSocket, _error: worker::Error) -> worker::Result<()> {
-        Ok(())
-    }
-
-    async fn connect(&self, _socket: worker::Socket) -> worker::Result<()> {
-        Err(worker::Error::RustError(
-            "ProductGate does not accept TCP connections".into(),
-        ))
     }
 }

@@ -7,4 +7,5 @@ mod config;
 mod edge;
 mod gate_do;
 mod http;
+mod request;
 mod sqlite;
