@@ -45,12 +45,23 @@ fn unavailable() -> worker::Result<Response> {
     http::problem(Problem::unavailable(worker::js_sys::Math::random()))
 }
 
-/// What the edge answers: a response it built, or the object's, passed on
-/// untouched (converting it to a `worker::Response` and back would copy its
-/// status, headers and body through wasm for nothing).
+/// What the edge answers: a `worker::Response` it built, or the runtime's
+/// own response: the object's, passed on untouched (converting it to a
+/// `worker::Response` and back would copy its status, headers and body
+/// through wasm for nothing), or one of the hot answers built in one call
+/// (`http::respond_raw`).
 enum Answer {
     Built(Response),
-    Object(web_sys::Response),
+    Raw(web_sys::Response),
+}
+
+/// The edge's refusal, built in one call.
+fn refuse(p: Problem) -> worker::Result<Answer> {
+    http::problem_raw(p).map(Answer::Raw)
+}
+
+fn unavailable_raw() -> worker::Result<web_sys::Response> {
+    http::problem_raw(Problem::unavailable(worker::js_sys::Math::random()))
 }
 
 #[event(fetch)]
@@ -71,7 +82,7 @@ async fn fetch(
     };
     Ok(match answer {
         Answer::Built(resp) => resp.into(),
-        Answer::Object(resp) => resp,
+        Answer::Raw(resp) => resp,
     })
 }
 
@@ -183,17 +194,17 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
             return static_response(crate::OPENAPI_JSON, "application/json").map(Answer::Built)
         }
         Ok(route) => route,
-        Err(p) => return http::problem(p).map(Answer::Built),
+        Err(p) => return refuse(p),
     };
     let settings = match config::settings(env) {
         Ok(s) => s,
-        Err(e) => return http::problem(Problem::misconfigured(e.to_string())).map(Answer::Built),
+        Err(e) => return refuse(Problem::misconfigured(e.to_string())),
     };
     // Every API request meets the client's limit first, so a flood is
     // turned away before anything else is read or verified.
     let ip = rate_limit::ip_key(parts.get(Field::ConnectingIp));
     if let Some(refused) = limit(env, &settings, Limiter::Ip, &ip).await? {
-        return Ok(Answer::Built(refused));
+        return Ok(Answer::Raw(refused));
     }
     let now = now_ms();
     let route = match route {
@@ -202,19 +213,17 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
         Route::Queue { product_id, join } => {
             return queue(&parts, env, &settings, &product_id, join, now)
                 .await
-                .map(Answer::Built);
+                .map(Answer::Raw);
         }
-        Route::ListProducts => return list_products(env).await.map(Answer::Built),
+        Route::ListProducts => return list_products(env).await.map(Answer::Raw),
         Route::Live { product_id } => {
             return live(&parts, env, &settings, &product_id, now).await;
         }
-        Route::Page(_) | Route::OpenApi => {
-            return http::problem(Problem::internal()).map(Answer::Built)
-        }
+        Route::Page(_) | Route::OpenApi => return refuse(Problem::internal()),
     };
     let body = match read_body(req, method, &parts).await? {
         Ok(b) => b,
-        Err(p) => return http::problem(p).map(Answer::Built),
+        Err(p) => return refuse(p),
     };
     let incoming = Incoming {
         method,
@@ -236,7 +245,7 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
     let drift = matches!(route, api::ApiRoute::AdminDrift(_));
     let cmd = match api::parse(&incoming, route, &settings, now) {
         Ok(c) => c,
-        Err(p) => return http::problem(p).map(Answer::Built),
+        Err(p) => return refuse(p),
     };
     // Then the buyer's own limit (after the token proved who it is), or
     // the admin's.
@@ -249,22 +258,20 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
     };
     if let Some((limiter, key)) = second {
         if let Some(refused) = limit(env, &settings, limiter, key).await? {
-            return Ok(Answer::Built(refused));
+            return Ok(Answer::Raw(refused));
         }
     }
 
     match &cmd {
         Command::GetProduct { .. } => match lookup(env, &product_id).await {
-            Some(Known::Product { body, .. }) => return product_response(&body).map(Answer::Built),
-            Some(Known::Unknown) => {
-                return http::problem(Problem::unknown_product(&product_id)).map(Answer::Built)
-            }
+            Some(Known::Product { body, .. }) => return product_response(&body).map(Answer::Raw),
+            Some(Known::Unknown) => return refuse(Problem::unknown_product(&product_id)),
             None => {}
         },
         Command::Reserve { buyer, ticket, .. } => {
             if let Some(Known::Product { snapshot, .. }) = lookup(env, &product_id).await {
                 if let Some(p) = snapshot.reserve_answer(buyer, ticket.as_ref(), now_ms()) {
-                    return http::problem(p).map(Answer::Built);
+                    return refuse(p);
                 }
             }
         }
@@ -287,7 +294,7 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
         Ok(resp) => resp,
         Err(e) => {
             worker::console_error!("flashgate edge: product {product_id} unreachable: {e}");
-            return unavailable().map(Answer::Built);
+            return unavailable_raw().map(Answer::Raw);
         }
     };
     if matches!(cmd, Command::Reserve { .. }) && resp.status() == 409 {
@@ -295,7 +302,7 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
         // likely): the next request fetches a new one.
         EDGE.with_borrow_mut(|c| c.invalidate(&product_id));
     }
-    Ok(Answer::Object(resp))
+    Ok(Answer::Raw(resp))
 }
 
 /// `GET /api/products/{id}/live`: a viewer's socket, accepted by the
@@ -311,7 +318,7 @@ async fn live(
 ) -> worker::Result<Answer> {
     let upgrade = parts.get(Field::Upgrade).unwrap_or_default();
     if !upgrade.eq_ignore_ascii_case("websocket") {
-        return http::problem(Problem::upgrade_required()).map(Answer::Built);
+        return refuse(Problem::upgrade_required());
     }
     let buyer = match auth::viewer(
         settings,
@@ -320,20 +327,20 @@ async fn live(
         now,
     ) {
         Ok(b) => b,
-        Err(p) => return http::problem(p).map(Answer::Built),
+        Err(p) => return refuse(p),
     };
     if let Some(Known::Unknown) = lookup(env, product_id).await {
-        return http::problem(Problem::unknown_product(product_id)).map(Answer::Built);
+        return refuse(Problem::unknown_product(product_id));
     }
     let cmd = Command::Watch {
         product_id: product_id.to_string(),
         buyer,
     };
     match forward_raw(env, product_id, &cmd).await {
-        Ok(resp) => Ok(Answer::Object(resp)),
+        Ok(resp) => Ok(Answer::Raw(resp)),
         Err(e) => {
             worker::console_error!("flashgate edge: product {product_id} unreachable: {e}");
-            unavailable().map(Answer::Built)
+            unavailable_raw().map(Answer::Raw)
         }
     }
 }
@@ -373,7 +380,7 @@ const LISTED_FRESH_MS: u64 = 5_000;
 /// `GET /api/products`: the newest registered products that are open or
 /// scheduled, each read through the edge cache (as `GET
 /// /api/products/{id}` answers it).
-async fn list_products(env: &Env) -> worker::Result<Response> {
+async fn list_products(env: &Env) -> worker::Result<web_sys::Response> {
     let now = now_ms();
     let cached = LISTED.with_borrow(|l| {
         l.as_ref()
@@ -397,7 +404,7 @@ async fn list_products(env: &Env) -> worker::Result<Response> {
                 }
                 Err(e) => {
                     worker::console_error!("flashgate edge: the catalog is unreachable: {e}");
-                    return unavailable();
+                    return unavailable_raw();
                 }
             }
         }
@@ -502,30 +509,46 @@ async fn limit(
     settings: &Settings,
     limiter: Limiter,
     key: &str,
-) -> worker::Result<Option<Response>> {
-    let binding = match env.rate_limiter(limiter.binding()) {
-        Ok(b) => b,
-        Err(e) => {
-            return http::problem(Problem::misconfigured(format!(
-                "the rate limiting binding {} is missing: {e}",
-                limiter.binding()
-            )))
-            .map(Some)
-        }
+) -> worker::Result<Option<web_sys::Response>> {
+    let Some(promise) = rate_limit_call(env, limiter.binding(), key) else {
+        return http::problem_raw(Problem::misconfigured(format!(
+            "the rate limiting binding {} is missing",
+            limiter.binding()
+        )))
+        .map(Some);
     };
-    if binding.limit(key.to_string()).await?.success {
+    if JsFuture::from(promise).await?.is_truthy() {
         Ok(None)
     } else {
         let policy = settings.rate_limits.of(limiter);
-        http::problem(rate_limit::limited(limiter, policy)).map(Some)
+        http::problem_raw(rate_limit::limited(limiter, policy)).map(Some)
     }
 }
 
-fn product_response(body: &[u8]) -> worker::Result<Response> {
-    let headers = Headers::new();
-    headers.set("content-type", "application/json")?;
-    headers.set("cache-control", "public, max-age=1")?;
-    Ok(Response::from_bytes(body.to_vec())?.with_headers(headers))
+#[wasm_bindgen(inline_js = "
+export function rate_limit_call(env, binding, key) {
+  const limiter = env[binding];
+  if (!limiter || typeof limiter.limit !== 'function') return undefined;
+  return limiter.limit({ key }).then((outcome) => outcome.success === true);
+}")]
+extern "C" {
+    /// Asks the platform's rate limiter `binding` to count one request of
+    /// `key`, in one call across the boundary (workers-rs' binding takes
+    /// several: the binding's lookup and type check, and serde conversions
+    /// of the options and the outcome). The promise resolves to whether the
+    /// request is within the limit; `None` if the binding is missing.
+    fn rate_limit_call(env: &Env, binding: &str, key: &str) -> Option<js_sys::Promise>;
+}
+
+fn product_response(body: &[u8]) -> worker::Result<web_sys::Response> {
+    http::raw(
+        200,
+        body,
+        &[
+            ("content-type", "application/json"),
+            ("cache-control", "public, max-age=1"),
+        ],
+    )
 }
 
 /// What the edge knows of the product, at most about a second old: a fresh
@@ -621,7 +644,7 @@ async fn queue(
     product_id: &str,
     join: bool,
     now: u64,
-) -> worker::Result<Response> {
+) -> worker::Result<web_sys::Response> {
     let buyer = match auth::buyer(
         settings,
         parts.get(Field::Authorization),
@@ -629,21 +652,21 @@ async fn queue(
         now,
     ) {
         Ok(b) => b,
-        Err(p) => return http::problem(p),
+        Err(p) => return http::problem_raw(p),
     };
     if let Some(refused) = limit(env, settings, Limiter::Buyer, &buyer).await? {
         return Ok(refused);
     }
     let snapshot = match lookup(env, product_id).await {
         Some(Known::Product { snapshot, .. }) => snapshot,
-        Some(Known::Unknown) => return http::problem(Problem::unknown_product(product_id)),
-        None => return unavailable(),
+        Some(Known::Unknown) => return http::problem_raw(Problem::unknown_product(product_id)),
+        None => return unavailable_raw(),
     };
     let now = now_ms();
     if join {
         let q = match snapshot.may_join(now) {
             Ok(q) => q,
-            Err(p) => return http::problem(p),
+            Err(p) => return http::problem_raw(p),
         };
         let (text, claims) = settings
             .ticket_key
@@ -662,20 +685,20 @@ async fn queue(
             "position": standing.position,
             "eta_s": standing.eta_s,
         });
-        return http::respond(Reply::ok(201, body));
+        return http::respond_raw(&Reply::ok(201, body));
     }
     let Some(text) = parts.get(Field::Ticket) else {
-        return http::problem(Problem::new(
+        return http::problem_raw(Problem::new(
             ProblemCode::TicketRequired,
             "send the ticket from joining the waiting room as Flashgate-Ticket",
         ));
     };
     let claims = match settings.ticket_key.verify(text, product_id, &buyer, now) {
         Ok(c) => c,
-        Err(e) => return http::problem(e.problem()),
+        Err(e) => return http::problem_raw(e.problem()),
     };
     let Some(q) = &snapshot.queue else {
-        return http::problem(Problem::new(
+        return http::problem_raw(Problem::new(
             ProblemCode::NoWaitingRoom,
             "this product has no waiting room: reserve directly",
         ));
@@ -692,7 +715,7 @@ async fn queue(
         "expires_at": rfc3339(claims.e),
         "expires_at_ms": claims.e,
     });
-    http::respond(Reply::ok(200, body))
+    http::respond_raw(&Reply::ok(200, body))
 }
 
 /// Sends a command to its product's object: one object per product, which

@@ -52,14 +52,25 @@ extern "C" {
 /// `respond` for a hot path: the runtime's response, built in one call
 /// across the boundary instead of one per field (`Headers::set`), plus the
 /// body's copy, the init's fields and the conversion `worker::Response`
-/// needs. Field values never hold a newline (the runtime refuses one).
+/// needs.
 pub fn respond_raw(reply: &Reply) -> worker::Result<web_sys::Response> {
+    raw(reply.status, &reply.body_bytes(), &fields(reply))
+}
+
+/// `problem`, built as `respond_raw` builds.
+pub fn problem_raw(p: Problem) -> worker::Result<web_sys::Response> {
+    respond_raw(&p.into())
+}
+
+/// A response of `status` with `body` and these header fields, built in one
+/// call. Field values never hold a newline (the runtime refuses one).
+pub fn raw(status: u16, body: &[u8], fields: &[(&str, &str)]) -> worker::Result<web_sys::Response> {
     let mut joined = String::new();
-    for (name, value) in fields(reply) {
+    for (name, value) in fields {
         joined.push_str(name);
         joined.push('\n');
         joined.push_str(value);
         joined.push('\n');
     }
-    Ok(build(reply.status, &reply.body_bytes(), &joined)?)
+    Ok(build(status, body, &joined)?)
 }
