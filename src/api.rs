@@ -286,6 +286,18 @@ impl Command {
         (out.len() <= COMMAND_HEADER_BYTES_MAX).then_some(out)
     }
 
+    /// A read, buyer's or admin's: it asks for no change, so it has nothing
+    /// to share a transaction with. When no command is waiting for a batch,
+    /// the object answers it at once from what is committed, in a batch of
+    /// its own, rather than wait a tick; behind waiting commands it waits
+    /// for their batch, and observes it.
+    pub fn is_read(&self) -> bool {
+        matches!(
+            self,
+            Command::GetProduct { .. } | Command::GetReservation { .. } | Command::Stats { .. }
+        )
+    }
+
     /// The product the command is for.
     pub fn product_id(&self) -> &str {
         match self {
