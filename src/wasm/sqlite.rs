@@ -3,7 +3,7 @@
 
 use serde::de::DeserializeOwned;
 use worker::wasm_bindgen::{self, prelude::wasm_bindgen, JsCast, JsValue};
-use worker::{SqlStorage, SqlStorageValue, State};
+use worker::{js_sys, State};
 
 use crate::object::StorageError;
 use crate::sql::{SqlDb, SqlValue};
@@ -22,8 +22,50 @@ extern "C" {
     ) -> Result<JsValue, JsValue>;
 }
 
+#[wasm_bindgen(inline_js = "
+function run(sql, query, params) {
+  return params.length === 0 ? sql.exec(query) : sql.exec(query, ...JSON.parse(params));
+}
+export function sql_exec(sql, query, params) {
+  run(sql, query, params);
+}
+export function sql_open(sql, query, params) {
+  return run(sql, query, params);
+}
+export function sql_rows(cursor, max) {
+  const rows = [];
+  for (let i = 0; i < max; i++) {
+    const r = cursor.next();
+    if (r.done) break;
+    rows.push(r.value);
+  }
+  return JSON.stringify(rows);
+}")]
+extern "C" {
+    /// Runs a statement: `params` is a JSON array of its bindings, or
+    /// empty for none. One call across the boundary, where workers-rs'
+    /// `exec` takes several for each binding (its conversion, a safe-integer
+    /// check, the push).
+    #[wasm_bindgen(catch)]
+    fn sql_exec(sql: &JsValue, query: &str, params: &str) -> Result<(), JsValue>;
+
+    /// `sql_exec`, keeping the cursor for its rows.
+    #[wasm_bindgen(catch)]
+    fn sql_open(sql: &JsValue, query: &str, params: &str) -> Result<JsValue, JsValue>;
+
+    /// The cursor's next rows, at most `max`, as a JSON array of objects
+    /// (column name to value): one call for many rows, where workers-rs
+    /// converts each row field by field.
+    #[wasm_bindgen(catch)]
+    fn sql_rows(cursor: &JsValue, max: u32) -> Result<String, JsValue>;
+}
+
+/// Rows read from a cursor per call: a query's rows are never all held at
+/// once (a restore streams every row of the object), and a chunk is small.
+const ROWS_PER_CALL_MAX: u32 = 256;
+
 pub struct DoSql {
-    sql: SqlStorage,
+    sql: JsValue,
     storage: JsValue,
 }
 
@@ -35,36 +77,74 @@ impl DoSql {
             .as_raw()
             .storage()
             .map_or(JsValue::NULL, JsValue::from);
+        let sql = state.storage().sql();
         DoSql {
-            sql: state.storage().sql(),
+            sql: AsRef::<JsValue>::as_ref(&sql).clone(),
             storage,
+        }
+    }
+
+    fn open(&self, sql: &str, params: &[SqlValue]) -> Result<JsValue, StorageError> {
+        sql_open(&self.sql, sql, &bindings(params)).map_err(thrown)
+    }
+}
+
+/// The bindings as a JSON array, or empty for none. Integers go as JSON
+/// numbers, which JavaScript reads as doubles, as workers-rs converts them.
+fn bindings(params: &[SqlValue]) -> String {
+    if params.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("[");
+    for (i, v) in params.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        match v {
+            SqlValue::Int(n) => out.push_str(&n.to_string()),
+            SqlValue::Text(t) => out.push_str(&serde_json::to_string(t).unwrap_or_default()),
+            SqlValue::Null => out.push_str("null"),
+        }
+    }
+    out.push(']');
+    out
+}
+
+fn thrown(e: JsValue) -> StorageError {
+    StorageError(
+        e.dyn_ref::<js_sys::Error>()
+            .map(|e| String::from(e.message()))
+            .or_else(|| e.as_string())
+            .unwrap_or_else(|| format!("{e:?}")),
+    )
+}
+
+/// Every row of the cursor, a chunk at a time.
+fn each_row<T: DeserializeOwned>(
+    cursor: &JsValue,
+    each: &mut dyn FnMut(T) -> Result<(), StorageError>,
+) -> Result<(), StorageError> {
+    loop {
+        let text = sql_rows(cursor, ROWS_PER_CALL_MAX).map_err(thrown)?;
+        let rows: Vec<T> =
+            serde_json::from_str(&text).map_err(|e| StorageError(format!("a row: {e}")))?;
+        let n = rows.len();
+        for row in rows {
+            each(row)?;
+        }
+        if n < ROWS_PER_CALL_MAX as usize {
+            return Ok(());
         }
     }
 }
 
-fn value(v: &SqlValue) -> SqlStorageValue {
-    match v {
-        SqlValue::Int(n) => SqlStorageValue::from(*n),
-        SqlValue::Text(s) => SqlStorageValue::from(s.as_str()),
-        SqlValue::Null => SqlStorageValue::Null,
-    }
-}
-
-fn failed(e: worker::Error) -> StorageError {
-    StorageError(e.to_string())
-}
-
 impl SqlDb for DoSql {
     fn exec(&mut self, sql: &str, params: &[SqlValue]) -> Result<(), StorageError> {
-        let bindings = (!params.is_empty()).then(|| params.iter().map(value).collect());
-        self.sql.exec(sql, bindings).map(drop).map_err(failed)
+        sql_exec(&self.sql, sql, &bindings(params)).map_err(thrown)
     }
 
     fn query<T: DeserializeOwned>(&mut self, sql: &str) -> Result<Vec<T>, StorageError> {
-        // Row by row through the cursor, so the rows are never all held
-        // twice (as a JS array and as `T`s) at once.
-        let cursor = self.sql.exec(sql, None).map_err(failed)?;
-        cursor.next::<T>().map(|r| r.map_err(failed)).collect()
+        self.query_with(sql, &[])
     }
 
     fn query_with<T: DeserializeOwned>(
@@ -72,9 +152,13 @@ impl SqlDb for DoSql {
         sql: &str,
         params: &[SqlValue],
     ) -> Result<Vec<T>, StorageError> {
-        let bindings = (!params.is_empty()).then(|| params.iter().map(value).collect());
-        let cursor = self.sql.exec(sql, bindings).map_err(failed)?;
-        cursor.next::<T>().map(|r| r.map_err(failed)).collect()
+        let cursor = self.open(sql, params)?;
+        let mut rows = Vec::new();
+        each_row(&cursor, &mut |row| {
+            rows.push(row);
+            Ok(())
+        })?;
+        Ok(rows)
     }
 
     fn query_each<T: DeserializeOwned>(
@@ -82,11 +166,8 @@ impl SqlDb for DoSql {
         sql: &str,
         each: &mut dyn FnMut(T) -> Result<(), StorageError>,
     ) -> Result<(), StorageError> {
-        let cursor = self.sql.exec(sql, None).map_err(failed)?;
-        for row in cursor.next::<T>() {
-            each(row.map_err(failed)?)?;
-        }
-        Ok(())
+        let cursor = self.open(sql, &[])?;
+        each_row(&cursor, each)
     }
 
     fn atomically<T>(
