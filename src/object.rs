@@ -288,10 +288,18 @@ impl ProductObject {
             "a batch over its limit"
         );
         let snapshots_before = self.delivery.snapshots;
-        let result = store.atomically(|s| {
-            self.ensure_loaded(s)?;
-            cmds.iter().map(|cmd| self.decide(s, cmd, now_ms)).collect()
-        });
+        let result = if !self.poisoned && cmds.iter().all(Command::is_read) {
+            // Reads of a loaded object ask for no change (the gate's read
+            // methods take it shared), so they write nothing and need no
+            // transaction: what they read is committed, and one would cost a
+            // savepoint and its release for nothing.
+            cmds.iter().map(|cmd| self.decide(store, cmd, now_ms)).collect()
+        } else {
+            store.atomically(|s| {
+                self.ensure_loaded(s)?;
+                cmds.iter().map(|cmd| self.decide(s, cmd, now_ms)).collect()
+            })
+        };
         if result.is_err() {
             // The rows are rolled back, so memory is ahead of storage. Even
             // when the body succeeded and only the commit failed.
