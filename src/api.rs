@@ -286,11 +286,9 @@ impl Command {
         (out.len() <= COMMAND_HEADER_BYTES_MAX).then_some(out)
     }
 
-    /// A read, buyer's or admin's: it asks for no change, so it has nothing
-    /// to share a transaction with. When no command is waiting for a batch,
-    /// the object answers it at once from what is committed, in a batch of
-    /// its own, rather than wait a tick; behind waiting commands it waits
-    /// for their batch, and observes it.
+    /// A read, buyer's or admin's: it asks for no change (the gate's read
+    /// methods take it shared), so a batch of nothing else writes nothing
+    /// and needs no transaction (`ProductObject::commands`).
     pub fn is_read(&self) -> bool {
         matches!(
             self,

@@ -4,8 +4,7 @@
 //!
 //! Pure bookkeeping, tested natively; `wasm/gate_do.rs` drives it. A request
 //! enqueues its command and waits one tick on a timer of its own (a request
-//! never awaits a promise that another request created); a read that finds
-//! nothing waiting skips the wait (`Batcher::runs_at_once`). The first request
+//! never awaits a promise that another request created). The first request
 //! to wake runs the batch for everyone queued, up to
 //! `object::COMMANDS_PER_BATCH_MAX`; the others wake to find their answers
 //! waiting. Replies leave only after the batch's transaction committed, and
@@ -43,14 +42,6 @@ impl Batcher {
         self.next += 1;
         self.waiting.push_back((ticket, cmd));
         ticket
-    }
-
-    /// Whether `cmd`, about to be enqueued, runs at once rather than wait a
-    /// tick for others to share its batch: a read with no command waiting
-    /// (`Command::is_read`). A read behind waiting commands joins their
-    /// batch, after them, and so observes them.
-    pub fn runs_at_once(&self, cmd: &Command) -> bool {
-        cmd.is_read() && self.waiting.is_empty()
     }
 
     /// The oldest waiting commands, at most a batch of them.
@@ -124,30 +115,6 @@ mod tests {
         );
         assert_eq!(b.take_answer(late), None, "a later command is not failed");
         assert_eq!(b.waiting(), 1);
-    }
-
-    #[test]
-    fn only_a_read_with_nothing_waiting_skips_the_tick() {
-        let reserve = Command::Reserve {
-            product_id: "p".into(),
-            buyer: "b".into(),
-            idem_key: "k".into(),
-            quantity: 1,
-            ticket: None,
-        };
-        let mut b = Batcher::default();
-        assert!(b.runs_at_once(&read(0)));
-        assert!(!b.runs_at_once(&reserve), "a write waits to share a batch");
-        b.enqueue(reserve);
-        assert!(
-            !b.runs_at_once(&read(0)),
-            "a read behind a waiting write waits for its batch"
-        );
-        let late = b.enqueue(read(0));
-        let (batch, cmds) = b.take_batch();
-        assert_eq!(batch.last(), Some(&late), "and comes after it in the batch");
-        assert!(matches!(cmds[0], Command::Reserve { .. }));
-        assert!(b.runs_at_once(&read(1)));
     }
 
     #[test]

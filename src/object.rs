@@ -293,7 +293,9 @@ impl ProductObject {
             // methods take it shared), so they write nothing and need no
             // transaction: what they read is committed, and one would cost a
             // savepoint and its release for nothing.
-            cmds.iter().map(|cmd| self.decide(store, cmd, now_ms)).collect()
+            cmds.iter()
+                .map(|cmd| self.decide(store, cmd, now_ms))
+                .collect()
         } else {
             store.atomically(|s| {
                 self.ensure_loaded(s)?;

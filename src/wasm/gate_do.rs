@@ -467,15 +467,10 @@ impl ProductGate {
         // Group commit: wait one tick, so the commands that arrive in it
         // share a batch, then take this command's answer; the first request
         // to wake runs the batch for all of them.
-        // A read that finds no command waiting runs at once, a batch of one
-        // (`Batcher::runs_at_once`).
         // wasm-bindgen runs this future to completion (JS cannot cancel
         // it), so every ticket taken here is also claimed below.
-        let alone = self.batcher.borrow().runs_at_once(&cmd);
         let ticket = self.batcher.borrow_mut().enqueue(cmd);
-        if !alone {
-            Delay::from(Duration::ZERO).await;
-        }
+        Delay::from(Duration::ZERO).await;
         let answer = loop {
             if let Some(answer) = self.batcher.borrow_mut().take_answer(ticket) {
                 break answer;
