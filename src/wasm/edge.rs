@@ -41,8 +41,10 @@ fn now_ms() -> u64 {
     worker::Date::now().as_millis()
 }
 
-fn unavailable() -> worker::Result<Response> {
-    http::problem(Problem::unavailable(worker::js_sys::Math::random()))
+/// `unavailable`, with a jittered `Retry-After`, so a crowd that was
+/// refused together does not come back together.
+fn unavailable() -> Problem {
+    Problem::unavailable(worker::js_sys::Math::random())
 }
 
 /// What the edge answers: a `worker::Response` it built, or the runtime's
@@ -58,10 +60,6 @@ enum Answer {
 /// The edge's refusal, built in one call.
 fn refuse(p: Problem) -> worker::Result<Answer> {
     http::problem_raw(p).map(Answer::Raw)
-}
-
-fn unavailable_raw() -> worker::Result<web_sys::Response> {
-    http::problem_raw(Problem::unavailable(worker::js_sys::Math::random()))
 }
 
 #[event(fetch)]
@@ -294,7 +292,7 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
         Ok(resp) => resp,
         Err(e) => {
             worker::console_error!("flashgate edge: product {product_id} unreachable: {e}");
-            return unavailable_raw().map(Answer::Raw);
+            return refuse(unavailable());
         }
     };
     if matches!(cmd, Command::Reserve { .. }) && resp.status() == 409 {
@@ -340,7 +338,7 @@ async fn live(
         Ok(resp) => Ok(Answer::Raw(resp)),
         Err(e) => {
             worker::console_error!("flashgate edge: product {product_id} unreachable: {e}");
-            unavailable_raw().map(Answer::Raw)
+            refuse(unavailable())
         }
     }
 }
@@ -363,7 +361,7 @@ async fn register(env: &Env, product_id: &str) -> worker::Result<Option<Response
         Ok(resp) => Ok(Some(resp)),
         Err(e) => {
             worker::console_error!("flashgate edge: the catalog is unreachable: {e}");
-            unavailable().map(Some)
+            http::problem(unavailable()).map(Some)
         }
     }
 }
@@ -404,7 +402,7 @@ async fn list_products(env: &Env) -> worker::Result<web_sys::Response> {
                 }
                 Err(e) => {
                     worker::console_error!("flashgate edge: the catalog is unreachable: {e}");
-                    return unavailable_raw();
+                    return http::problem_raw(unavailable());
                 }
             }
         }
@@ -441,7 +439,7 @@ async fn drift_check(
 ) -> worker::Result<Response> {
     let mut resp = match forward(env, product_id, cmd).await {
         Ok(r) => r,
-        Err(_) => return unavailable(),
+        Err(_) => return http::problem(unavailable()),
     };
     if resp.status_code() != 200 {
         return Ok(resp);
@@ -660,7 +658,7 @@ async fn queue(
     let snapshot = match lookup(env, product_id).await {
         Some(Known::Product { snapshot, .. }) => snapshot,
         Some(Known::Unknown) => return http::problem_raw(Problem::unknown_product(product_id)),
-        None => return unavailable_raw(),
+        None => return http::problem_raw(unavailable()),
     };
     let now = now_ms();
     if join {
