@@ -6,11 +6,11 @@
 //   scripts/bench            (builds first)
 //   BENCH_SECONDS=5 BENCH_RUNS=3 BENCH_CONNECTIONS=64 node bench/edge.mjs
 //
-// Figures: reserve throughput and p50/p99 latency (every request a fresh
-// buyer with its own signed token, verified at the edge, and a fresh key, so
-// every one is a durable write), sold-out refusals (answered at the edge),
-// waiting-room polls (answered at the edge), product reads, buyers' reads of
-// their own holds (they reach the object, which writes nothing), the ceiling's
+// Figures: reserve throughput, p50/p99 latency and workerd's CPU time per
+// request (every request a fresh buyer with its own signed token, verified
+// at the edge, and a fresh key, so every one is a durable write), sold-out
+// refusals (answered at the edge), waiting-room polls (answered at the
+// edge), product reads, buyers' reads of their own holds (they reach the object, which writes nothing), the ceiling's
 // /each (one durable put per request), /hop (a DO hop, no storage) and
 // /plain (the Worker alone), the ratios, the share of a sale's requests
 // that reach the object (100 units, 20,000 clicks), the wasm size raw and
@@ -35,7 +35,7 @@ function peakRssMiB(pid) {
   return kb / 1024;
 }
 
-const fmt = (r) => `${r.rps.toFixed(0).padStart(6)} req/s   p50 ${r.p50.toFixed(2).padStart(6)} ms   p99 ${r.p99.toFixed(2).padStart(7)} ms`;
+const fmt = (r) => `${r.rps.toFixed(0).padStart(6)} req/s   p50 ${r.p50.toFixed(2).padStart(6)} ms   p99 ${r.p99.toFixed(2).padStart(7)} ms   cpu ${r.cpu.toFixed(0).padStart(4)} us/req`;
 
 async function main() {
   const wasm = readFileSync(join(ROOT, "build/index_bg.wasm"));
@@ -87,7 +87,7 @@ async function main() {
       await api.put(product, { stock_total: 10_000_000, per_buyer_max: 1, quantity_max: 1, hold_ttl_ms: 3_600_000, reservations_max: 200_000 });
       const reserveTokens = tokensFor(`b${run}`);
       const reserve = await load({
-        url: gate.url,
+        url: gate.url, pid: gate.proc.pid,
         connections: CONNECTIONS,
         durationMs: SECONDS * 1000,
         request: (n) => ({
@@ -111,14 +111,14 @@ async function main() {
         if (r.status !== 201) throw new Error(JSON.stringify(r.body));
         owners.push({ path: `/api/products/${product}/reservations/${r.body.reservation_id}`, headers: { authorization: `Bearer ${api.tokenOf(buyer)}` } });
       }
-      results.objectReads.push(await load({ url: gate.url, connections: CONNECTIONS, durationMs: SECONDS * 1000, request: (n) => owners[n % owners.length] }));
+      results.objectReads.push(await load({ url: gate.url, pid: gate.proc.pid, connections: CONNECTIONS, durationMs: SECONDS * 1000, request: (n) => owners[n % owners.length] }));
 
       const sold = `soldout-${i}`;
       await api.put(sold, { stock_total: 0 });
       const soldTokens = tokensFor(`s${i}`);
       results.soldOut.push(
         await load({
-          url: gate.url,
+          url: gate.url, pid: gate.proc.pid,
           connections: CONNECTIONS,
           durationMs: SECONDS * 1000,
           request: (n) => ({
@@ -131,7 +131,7 @@ async function main() {
       );
       results.polls.push(
         await load({
-          url: gate.url,
+          url: gate.url, pid: gate.proc.pid,
           connections: CONNECTIONS,
           durationMs: SECONDS * 1000,
           request: (n) => {
@@ -141,16 +141,16 @@ async function main() {
         }),
       );
       // Buyer pages polling the product: answered from the edge's snapshot.
-      results.reads.push(await load({ url: gate.url, connections: CONNECTIONS, durationMs: SECONDS * 1000, request: () => ({ path: `/api/products/${sold}` }) }));
+      results.reads.push(await load({ url: gate.url, pid: gate.proc.pid, connections: CONNECTIONS, durationMs: SECONDS * 1000, request: () => ({ path: `/api/products/${sold}` }) }));
       for (const [name, path] of [["each", "/each"], ["group", "/group"], ["hop", "/hop"], ["plain", "/plain"]]) {
-        results[name].push(await load({ url: ceiling.url, connections: CONNECTIONS, durationMs: SECONDS * 1000, request: () => ({ path }) }));
+        results[name].push(await load({ url: ceiling.url, pid: ceiling.proc.pid, connections: CONNECTIONS, durationMs: SECONDS * 1000, request: () => ({ path }) }));
       }
       // The runtime's own resets: the ceiling answers a POST without
       // reading its body, and workerd then resets the keep-alive
       // connection for the next request. flashgate reads every body it
       // answers, so its rows above show none.
       results.unreadBody.push(
-        await load({ url: ceiling.url, connections: CONNECTIONS, durationMs: SECONDS * 1000, request: () => ({ method: "POST", path: "/group", headers: { "content-type": "application/json" }, body: '{"quantity":1}' }) }),
+        await load({ url: ceiling.url, pid: ceiling.proc.pid, connections: CONNECTIONS, durationMs: SECONDS * 1000, request: () => ({ method: "POST", path: "/group", headers: { "content-type": "application/json" }, body: '{"quantity":1}' }) }),
       );
     }
   } finally {
@@ -163,6 +163,7 @@ async function main() {
     rps: median(rs.map((r) => r.rps)),
     p50: median(rs.map((r) => r.p50)),
     p99: median(rs.map((r) => r.p99)),
+    cpu: median(rs.map((r) => r.cpuPerRequestUs)),
     errors: rs.reduce((a, r) => a + r.errors, 0),
     statuses: rs.map((r) => JSON.stringify(r.statuses)).join(" "),
   });
@@ -186,6 +187,16 @@ async function main() {
   console.log(`ratio sold-out / ceiling-plain: ${(m.soldOut.rps / m.plain.rps).toFixed(2)}  (answered at the edge; target 0.8)`);
   console.log(`ratio polls / ceiling-plain:    ${(m.polls.rps / m.plain.rps).toFixed(2)}  (answered at the edge; target 0.8)`);
   console.log(`ratio reads / ceiling-plain:    ${(m.reads.rps / m.plain.rps).toFixed(2)}`);
+  // The same comparisons by cost: the ceiling's workerd CPU time per
+  // request over the gate's (each process measured alone, medians), which
+  // moves less with the machine's other work than throughput does.
+  console.log("");
+  const cpuRatio = (gate, ceiling) => `${(ceiling.cpu / gate.cpu).toFixed(2)}  (${gate.cpu.toFixed(0)} against ${ceiling.cpu.toFixed(0)} us)`;
+  console.log(`cpu ratio reserve / ceiling-each:      ${cpuRatio(m.reserve, m.each)}`);
+  console.log(`cpu ratio reserve / ceiling-group:     ${cpuRatio(m.reserve, m.group)}`);
+  console.log(`cpu ratio object reads / ceiling-hop:  ${cpuRatio(m.objectReads, m.hop)}`);
+  console.log(`cpu ratio sold-out / ceiling-plain:    ${cpuRatio(m.soldOut, m.plain)}`);
+  console.log(`cpu ratio polls / ceiling-plain:       ${cpuRatio(m.polls, m.plain)}`);
   const kinds = (rs) => JSON.stringify(rs.reduce((a, r) => { for (const [k, v] of Object.entries(r.errorKinds)) a[k] = (a[k] ?? 0) + v; return a; }, {}));
   // Client-side errors (connection resets and the like), for every row, so
   // that the gate's can be told from the runtime's.

@@ -9,8 +9,8 @@
 // keeps (Rust symbols) and from the JS glue: wasm-bindgen's glue and
 // boundary crossings, serde_json, the token and signature HMACs, the core,
 // SQL, workerd's own (native) time, and the rest.
-import { execFileSync, spawn } from "node:child_process";
-import { mkdtempSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { mkdtempSync, mkdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freePort, gateVars, writeConfig, WORKERD } from "../tests/support/runtime.mjs";
@@ -22,7 +22,6 @@ import { startCeiling } from "./ceiling.mjs";
 const MODE = process.argv[2] ?? "reserve";
 const SECONDS = Number(process.argv[3] ?? 5);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
-const CLOCK_TICKS_PER_S = Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim());
 
 // ceiling-hop, ceiling-group and ceiling-each profile the JavaScript
 // ceiling instead, under the same load: the runtime's own cost per request,
@@ -101,19 +100,11 @@ const request = CEILING
         headers: { "content-type": "application/json", authorization: `Bearer ${buyerToken(`p-${reserves}`)}`, "idempotency-key": `"p-${reserves++}"` },
         body: '{"quantity":1}',
       });
-// workerd's CPU time (user and system, every thread), in microseconds:
-// the cost per request that the machine's other work disturbs least.
-const cpuUs = () => {
-  const fields = readFileSync(`/proc/${proc.pid}/stat`, "utf8").split(") ")[1].split(" ");
-  return ((Number(fields[11]) + Number(fields[12])) * 1e6) / CLOCK_TICKS_PER_S;
-};
 // Warm up without the profiler, then measure workerd's CPU time per
 // request without it, then profile a measured run.
 await load({ url, connections: CONNECTIONS, durationMs: 1000, request });
-const cpuBefore = cpuUs();
-const unprofiled = await load({ url, connections: CONNECTIONS, durationMs: SECONDS * 1000, warmupMs: 0, request });
-const cpuPerRequestUs = (cpuUs() - cpuBefore) / unprofiled.count;
-console.log(`without the profiler: ${unprofiled.count} requests in ${SECONDS} s (${unprofiled.rps.toFixed(0)} req/s, p50 ${unprofiled.p50.toFixed(2)} ms), statuses ${JSON.stringify(unprofiled.statuses)}; workerd CPU time ${cpuPerRequestUs.toFixed(1)} us per request`);
+const unprofiled = await load({ url, connections: CONNECTIONS, durationMs: SECONDS * 1000, warmupMs: 0, request, pid: proc.pid });
+console.log(`without the profiler: ${unprofiled.count} requests in ${SECONDS} s (${unprofiled.rps.toFixed(0)} req/s, p50 ${unprofiled.p50.toFixed(2)} ms), statuses ${JSON.stringify(unprofiled.statuses)}; workerd CPU time ${unprofiled.cpuPerRequestUs.toFixed(1)} us per request`);
 if (process.env.BENCH_PROFILE === "0") {
   proc.kill("SIGTERM");
   process.exit(0);
