@@ -14,8 +14,9 @@
 // object, which writes nothing), the ceiling's /each (one durable put per
 // request), /hop (a DO hop, no storage) and /plain (the Worker alone),
 // the ratios, the share of a sale's requests that reach the object (100
-// units, 20,000 clicks), the wasm size raw and gzipped, cold start, workerd's peak memory, and the client-side errors
-// (connection resets) of every row, the ceiling's included.
+// units, 20,000 clicks), the wasm size raw and gzipped, cold start,
+// workerd's peak memory, and the client-side errors (connection resets) of
+// every row, the ceiling's included.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { gzipSync } from "node:zlib";
