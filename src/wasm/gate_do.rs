@@ -45,6 +45,8 @@ pub struct ProductGate {
     env: Env,
     object: Rc<RefCell<ProductObject>>,
     batcher: RefCell<Batcher>,
+    /// Holds the pending group-commit tick (`next_tick`).
+    tick: js_sys::Object,
     /// When to push live updates; shared with the timer a coalesced push
     /// waits on.
     pusher: Rc<RefCell<Pusher>>,
@@ -325,10 +327,26 @@ async fn send(forwarding: &Forwarding, batch: &Batch) -> Attempt {
 #[wasm_bindgen(inline_js = "
 export function command(req, name) {
   return req.headers.get(name) ?? undefined;
+}
+export function next_tick(slot) {
+  if (slot.tick === undefined) {
+    slot.tick = new Promise((resolve) => setTimeout(() => {
+      slot.tick = undefined;
+      resolve();
+    }, 0));
+  }
+  return slot.tick;
 }")]
 extern "C" {
     /// The command's header, read in one call across the boundary.
     fn command(req: &web_sys::Request, name: &str) -> Option<String>;
+
+    /// The object's next tick: a promise that resolves on a timer of 0 ms,
+    /// one for every command that arrives before it fires. `slot` (a plain
+    /// object the gate keeps) holds the pending one; the timer clears it
+    /// before resolving, so a command that arrives after it fired waits for
+    /// the next.
+    fn next_tick(slot: &js_sys::Object) -> js_sys::Promise;
 }
 
 // The class the runtime instantiates, exported by hand rather than by
@@ -378,6 +396,7 @@ impl ProductGate {
             env,
             object,
             batcher: RefCell::default(),
+            tick: js_sys::Object::new(),
             pusher: Rc::default(),
         }
     }
@@ -470,7 +489,10 @@ impl ProductGate {
         // wasm-bindgen runs this future to completion (JS cannot cancel
         // it), so every ticket taken here is also claimed below.
         let ticket = self.batcher.borrow_mut().enqueue(cmd);
-        Delay::from(Duration::ZERO).await;
+        // One timer for all the commands of a tick, not one each: a timer
+        // event per request was a visible share of a read's time. The
+        // promise only resolves (its value is `undefined`).
+        let _ = JsFuture::from(next_tick(&self.tick)).await;
         let answer = loop {
             if let Some(answer) = self.batcher.borrow_mut().take_answer(ticket) {
                 break answer;
