@@ -293,13 +293,22 @@ impl ProductObject {
             // methods take it shared), so they write nothing and need no
             // transaction: what they read is committed, and one would cost a
             // savepoint and its release for nothing.
-            cmds.iter()
-                .map(|cmd| self.decide(store, cmd, now_ms))
-                .collect()
+            self.decide_each(store, cmds, now_ms)
         } else {
             store.atomically(|s| {
                 self.ensure_loaded(s)?;
-                cmds.iter().map(|cmd| self.decide(s, cmd, now_ms)).collect()
+                let existed = self.product.is_some();
+                let replies = self.decide_each(s, cmds, now_ms)?;
+                // The batch's changes are taken and written once, after its
+                // last decision and in the same turn and transaction: a row
+                // that several commands touched (the meta row's id counter,
+                // which every reserve advances) is written once per batch,
+                // not once per command. Nothing is acknowledged before the
+                // transaction commits, so this keeps "decide and write in
+                // one turn": the replies leave only after the commit.
+                let created = !existed && self.product.is_some();
+                self.persist(s, created)?;
+                Ok(replies)
             })
         };
         if result.is_err() {
@@ -317,29 +326,32 @@ impl ProductObject {
         result
     }
 
-    fn decide(
+    /// Decides each command in turn, so that a later one sees what an
+    /// earlier one decided. What they change is left for `persist`.
+    fn decide_each(
         &mut self,
         store: &mut impl Storage,
-        cmd: &Command,
+        cmds: &[Command],
         now_ms: u64,
-    ) -> Result<Reply, StorageError> {
-        if matches!(cmd, Command::Snapshot { .. }) {
-            self.delivery.snapshots += 1;
+    ) -> Result<Vec<Reply>, StorageError> {
+        let mut replies = Vec::with_capacity(cmds.len());
+        for cmd in cmds {
+            if matches!(cmd, Command::Snapshot { .. }) {
+                self.delivery.snapshots += 1;
+            }
+            let reader = Reader::new(&mut *store);
+            let reply = service::execute(
+                &mut self.product,
+                cmd,
+                now_ms,
+                &self.delivery,
+                &self.id_secret,
+                &reader,
+            );
+            reader.finish()?;
+            replies.push(reply);
         }
-        let existed = self.product.is_some();
-        let reader = Reader::new(store);
-        let reply = service::execute(
-            &mut self.product,
-            cmd,
-            now_ms,
-            &self.delivery,
-            &self.id_secret,
-            &reader,
-        );
-        let store = reader.finish()?;
-        let created = !existed && self.product.is_some();
-        self.persist(store, created)?;
-        Ok(reply)
+        Ok(replies)
     }
 
     /// The alarm fired: expire what is due and write it. Returns how many

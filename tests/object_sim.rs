@@ -26,7 +26,8 @@ use flashgate::delivery::{self, Attempt};
 use flashgate::ids::IdCodec;
 use flashgate::object::{Lease, ProductObject, Settled, Storage, StorageError};
 use flashgate_core::{
-    splitmix64, Archive, Change, ConfigPatch, HoldState, OutboxEvent, ReservationRow, Row, RowKey,
+    splitmix64, Archive, Change, ConfigPatch, HoldState, ItemKey, OutboxEvent, ReservationRow, Row,
+    RowKey,
 };
 use flashgate_wire::{Batch, BatchResult, Event, EventResult, EventStatus};
 
@@ -61,9 +62,10 @@ struct MemStorage {
     /// Fail the next read of a paid record (the core's archive).
     fail_reads: u32,
     loads: u64,
-    /// Transactions committed with more than one write in them.
+    /// Transactions committed with the rows of more than one reservation
+    /// in them: batches that carried several decisions.
     grouped_commits: u64,
-    writes_in_transaction: u32,
+    reservations_in_transaction: u32,
 }
 
 impl MemStorage {
@@ -110,7 +112,7 @@ impl Storage for MemStorage {
         body: impl FnOnce(&mut Self) -> Result<T, StorageError>,
     ) -> Result<T, StorageError> {
         let saved = (self.product_id.clone(), self.rows.clone());
-        self.writes_in_transaction = 0;
+        self.reservations_in_transaction = 0;
         let r = body(self).and_then(|t| {
             if self.fail_commits > 0 {
                 self.fail_commits -= 1;
@@ -119,7 +121,7 @@ impl Storage for MemStorage {
             Ok(t)
         });
         match r {
-            Ok(_) if self.writes_in_transaction > 1 => self.grouped_commits += 1,
+            Ok(_) if self.reservations_in_transaction > 1 => self.grouped_commits += 1,
             Ok(_) => {}
             Err(_) => (self.product_id, self.rows) = saved,
         }
@@ -161,20 +163,28 @@ impl Storage for MemStorage {
     }
 
     fn write(&mut self, create: Option<&str>, changes: &[Change]) -> Result<(), StorageError> {
-        if let Some(n) = self.fail_write_in.as_mut() {
-            if *n == 0 {
-                self.fail_write_in = None;
-                return Err(StorageError("injected write failure".into()));
-            }
-            *n -= 1;
-        }
-        self.writes_in_transaction += 1;
         if let Some(id) = create {
             assert!(self.product_id.is_none(), "a product is created once");
             self.product_id = Some(id.to_string());
         }
         assert!(self.product_id.is_some(), "rows written for no product");
         for change in changes {
+            // Row by row, as `sql::write` runs one statement per row: an
+            // injected failure can land after some of a batch's rows are
+            // written, which the transaction must then roll back.
+            if let Some(n) = self.fail_write_in.as_mut() {
+                if *n == 0 {
+                    self.fail_write_in = None;
+                    return Err(StorageError("injected write failure".into()));
+                }
+                *n -= 1;
+            }
+            if matches!(
+                change,
+                Change::Put(Row::Reservation(_)) | Change::Delete(ItemKey::Reservation(_))
+            ) {
+                self.reservations_in_transaction += 1;
+            }
             match change {
                 Change::Put(row) => {
                     self.rows.insert(row.key(), row.clone());
@@ -495,8 +505,8 @@ impl Sim {
     fn step(&mut self) -> String {
         // Faults are injected before an event, as a disk would fail.
         if self.rng.chance(4) {
-            // Often inside a batch, after some of its commands wrote.
-            self.store.fail_write_in = Some(self.rng.below(4) as u32);
+            // Often inside a batch, after some of its rows were written.
+            self.store.fail_write_in = Some(self.rng.below(6) as u32);
         }
         if self.rng.chance(1) {
             self.store.fail_commits = 1;
