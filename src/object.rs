@@ -271,9 +271,9 @@ impl ProductObject {
     }
 
     /// Group commit: runs a batch of commands in one transaction. Each is
-    /// decided and its rows written in turn, exactly as one command alone,
-    /// so a later command sees what an earlier one decided; the rows of all
-    /// of them then commit together. Either every reply is returned, or
+    /// decided in turn, exactly as one command alone, so a later command
+    /// sees what an earlier one decided; then the rows they changed are
+    /// written, each once, and commit together. Either every reply is returned, or
     /// none: a failed write or commit anywhere in the batch rolls the whole
     /// batch back and poisons the object, so nothing unwritten is
     /// acknowledged. At most `COMMANDS_PER_BATCH_MAX` commands.
