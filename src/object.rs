@@ -273,10 +273,10 @@ impl ProductObject {
     /// Group commit: runs a batch of commands in one transaction. Each is
     /// decided in turn, exactly as one command alone, so a later command
     /// sees what an earlier one decided; then the rows they changed are
-    /// written, each once, and commit together. Either every reply is returned, or
-    /// none: a failed write or commit anywhere in the batch rolls the whole
-    /// batch back and poisons the object, so nothing unwritten is
-    /// acknowledged. At most `COMMANDS_PER_BATCH_MAX` commands.
+    /// written, each once, and commit together. Either every reply is
+    /// returned, or none: a failed write or commit anywhere in the batch
+    /// rolls the whole batch back and poisons the object, so nothing
+    /// unwritten is acknowledged. At most `COMMANDS_PER_BATCH_MAX` commands.
     pub fn commands(
         &mut self,
         store: &mut impl Storage,
