@@ -243,17 +243,6 @@ pub struct EdgeCache {
     in_flight: HashMap<String, Arrivals>,
 }
 
-/// Adds `more` to `into`.
-fn merge(into: &mut Arrivals, more: &Arrivals) {
-    into.prequeue += more.prequeue;
-    for &(second, n) in &more.per_second {
-        match into.per_second.iter_mut().find(|(s, _)| *s == second) {
-            Some((_, m)) => *m += n,
-            None => into.per_second.push((second, n)),
-        }
-    }
-}
-
 impl EdgeCache {
     /// The snapshot of `product_id`, if it is fresh.
     pub fn fresh(&self, product_id: &str, now_ms: u64) -> Option<&Entry> {
@@ -310,7 +299,7 @@ impl EdgeCache {
     pub fn unreported(&self, product_id: &str) -> Option<Arrivals> {
         let mut all = self.pending.get(product_id).cloned().unwrap_or_default();
         if let Some(sent) = self.in_flight.get(product_id) {
-            merge(&mut all, sent);
+            all.merge(sent);
         }
         (!all.is_empty()).then_some(all)
     }
@@ -322,10 +311,10 @@ impl EdgeCache {
         if self.in_flight.len() >= EDGE_PRODUCTS_MAX && !self.in_flight.contains_key(product_id) {
             self.in_flight.clear();
         }
-        merge(
-            self.in_flight.entry(product_id.to_string()).or_default(),
-            &report,
-        );
+        self.in_flight
+            .entry(product_id.to_string())
+            .or_default()
+            .merge(&report);
         report
     }
 
@@ -335,10 +324,10 @@ impl EdgeCache {
         if report.is_empty() {
             return;
         }
-        merge(
-            self.pending.entry(product_id.to_string()).or_default(),
-            &report,
-        );
+        self.pending
+            .entry(product_id.to_string())
+            .or_default()
+            .merge(&report);
     }
 
     pub fn len(&self) -> usize {

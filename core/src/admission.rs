@@ -27,6 +27,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::bloom::Bloom;
 use crate::config::limits;
 
 /// A ticket as the edge verified it: when its buyer arrived, and its
@@ -79,7 +80,18 @@ pub struct Arrivals {
     pub prequeue: u64,
     /// Later arrivals, as `(arrival second, count)`.
     pub per_second: Vec<(u64, u64)>,
+    /// The first `limits::ARRIVALS_NAMED_MAX` of the tickets counted above, each by
+    /// its buyer's tiebreak and where it was counted, so that the object
+    /// counts a buyer who joins again only once (`forget_rejoins`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub named: Vec<Named>,
 }
+
+/// A counted ticket: its tiebreak (a keyed hash of its buyer, which the
+/// buyer cannot choose) and its arrival second, or `None` for the
+/// pre-queue. A pair on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Named(pub u32, pub Option<u64>);
 
 impl Arrivals {
     pub fn is_empty(&self) -> bool {
@@ -88,16 +100,67 @@ impl Arrivals {
 
     /// Counts one ticket.
     pub fn add(&mut self, ticket: &Ticket, opens_at_ms: Option<u64>) {
-        match ticket.key(opens_at_ms) {
-            QueueKey::Prequeue { .. } => self.prequeue += 1,
-            QueueKey::Regular { arrived_ms, .. } => {
-                let second = arrived_ms / 1000;
-                match self.per_second.iter_mut().find(|(s, _)| *s == second) {
-                    Some((_, n)) => *n += 1,
-                    None => self.per_second.push((second, 1)),
-                }
+        let second = match ticket.key(opens_at_ms) {
+            QueueKey::Prequeue { .. } => None,
+            QueueKey::Regular { arrived_ms, .. } => Some(arrived_ms / 1000),
+        };
+        self.count(second, 1);
+        if self.named.len() < limits::ARRIVALS_NAMED_MAX {
+            self.named.push(Named(ticket.tiebreak, second));
+        }
+    }
+
+    /// Adds `n` tickets of `second` (`None`: the pre-queue).
+    fn count(&mut self, second: Option<u64>, n: u64) {
+        match second {
+            None => self.prequeue += n,
+            Some(second) => match self.per_second.iter_mut().find(|(s, _)| *s == second) {
+                Some((_, m)) => *m += n,
+                None => self.per_second.push((second, n)),
+            },
+        }
+    }
+
+    /// Adds another report's tickets to this one, naming at most
+    /// `limits::ARRIVALS_NAMED_MAX`.
+    pub fn merge(&mut self, more: &Arrivals) {
+        self.prequeue += more.prequeue;
+        for &(second, n) in &more.per_second {
+            self.count(Some(second), n);
+        }
+        let room = limits::ARRIVALS_NAMED_MAX.saturating_sub(self.named.len());
+        self.named.extend(more.named.iter().take(room));
+    }
+
+    /// Takes out the named tickets of buyers `joined` already holds (who
+    /// joined before: a rejoin must not slow the room for everyone, as
+    /// each counted ticket moves the watermark back), and adds the others'
+    /// tiebreaks to it. Returns how many were taken out. The names are
+    /// consumed: the object keeps only the counts.
+    pub fn forget_rejoins(&mut self, joined: &mut Bloom) -> u64 {
+        let mut forgotten = 0;
+        for Named(tiebreak, second) in std::mem::take(&mut self.named) {
+            let name = tiebreak.to_le_bytes();
+            if !joined.may_contain_bytes(&name) {
+                joined.insert_bytes(&name);
+                continue;
+            }
+            let counted = match second {
+                None => Some(&mut self.prequeue),
+                Some(second) => self
+                    .per_second
+                    .iter_mut()
+                    .find(|(s, _)| *s == second)
+                    .map(|(_, n)| n),
+            };
+            // A named ticket was counted where it names, so its count is
+            // there; a report that says otherwise loses nothing real.
+            if let Some(n) = counted.filter(|n| **n > 0) {
+                *n -= 1;
+                forgotten += 1;
             }
         }
+        forgotten
     }
 }
 

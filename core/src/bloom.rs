@@ -26,11 +26,12 @@ impl Default for Bloom {
     }
 }
 
-/// Two independent 64-bit hashes of a buyer id: FNV-1a, then two rounds of
-/// a splitmix-style finaliser (Kirsch and Mitzenmacher: k hashes from two).
-fn hashes(buyer: &str) -> (u64, u64) {
+/// Two independent 64-bit hashes of a buyer id (or any key): FNV-1a, then
+/// two rounds of a splitmix-style finaliser (Kirsch and Mitzenmacher: k
+/// hashes from two).
+fn hashes(key: &[u8]) -> (u64, u64) {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in buyer.as_bytes() {
+    for &b in key {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
@@ -45,8 +46,12 @@ fn hashes(buyer: &str) -> (u64, u64) {
 
 /// The bits of `buyer` in a filter of `bytes` bytes with `k` hashes.
 pub fn bit_indexes(bytes: usize, k: u32, buyer: &str) -> impl Iterator<Item = usize> {
+    key_bit_indexes(bytes, k, buyer.as_bytes())
+}
+
+fn key_bit_indexes(bytes: usize, k: u32, key: &[u8]) -> impl Iterator<Item = usize> {
     let m = (bytes * 8) as u64;
-    let (h1, h2) = hashes(buyer);
+    let (h1, h2) = hashes(key);
     (0..u64::from(k)).map(move |i| (h1.wrapping_add(i.wrapping_mul(h2)) % m.max(1)) as usize)
 }
 
@@ -64,14 +69,23 @@ impl Bloom {
     }
 
     pub fn insert(&mut self, buyer: &str) {
-        for bit in bit_indexes(self.bits.len(), BLOOM_HASHES, buyer) {
-            self.bits[bit / 8] |= 1 << (bit % 8);
-        }
+        self.insert_bytes(buyer.as_bytes());
     }
 
     /// Whether `buyer` may have been inserted: always true if it was.
     pub fn may_contain(&self, buyer: &str) -> bool {
-        bit_indexes(self.bits.len(), BLOOM_HASHES, buyer)
+        self.may_contain_bytes(buyer.as_bytes())
+    }
+
+    /// `insert` of any key: one filter holds one kind of key.
+    pub fn insert_bytes(&mut self, key: &[u8]) {
+        for bit in key_bit_indexes(self.bits.len(), BLOOM_HASHES, key) {
+            self.bits[bit / 8] |= 1 << (bit % 8);
+        }
+    }
+
+    pub fn may_contain_bytes(&self, key: &[u8]) -> bool {
+        key_bit_indexes(self.bits.len(), BLOOM_HASHES, key)
             .all(|bit| self.bits[bit / 8] & (1 << (bit % 8)) != 0)
     }
 

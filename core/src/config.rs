@@ -63,6 +63,16 @@ pub mod limits {
     /// The most arrival seconds a waiting room keeps counts for; older
     /// counts are folded into one total.
     pub const QUEUE_BUCKETS_MAX: usize = 86_400;
+    /// The most tickets an edge's report names, so that the object counts
+    /// a buyer who joins again only once (`Arrivals::forget_rejoins`);
+    /// beyond it, tickets are counted without the check.
+    pub const ARRIVALS_NAMED_MAX: usize = 1_024;
+    /// The buyers the object's filter of those who joined is sized for:
+    /// the most that fit the largest filter (`bloom::BLOOM_BYTES_MAX`) at
+    /// its intended rate of false positives. Past it a new buyer is more
+    /// often taken for one who joined before, and not counted, so the room
+    /// admits a little faster than `admit_per_s`.
+    pub const JOINED_SIZED_FOR: u64 = 131_072;
     /// The most expiries and purges one event settles (ARCHITECTURE.md
     /// gives the measurement behind it). More that are due wait for the
     /// next event, and the alarm is set to fire at once.

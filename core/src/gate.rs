@@ -71,6 +71,11 @@ pub struct Gate {
     pub(crate) paid_buyers: Bloom,
     /// The buyers `paid_buyers` was sized for.
     pub(crate) paid_buyers_sized_for: u64,
+    /// The tiebreaks of the buyers whose tickets the waiting room counted,
+    /// so that one who joins again is not counted again. Memory only, made
+    /// at the first named report: after a reload, a buyer's next join is
+    /// counted once more.
+    pub(crate) joined: Option<Bloom>,
 }
 
 /// The fewest buyers the paid buyers' filter is sized for, so that a
@@ -278,6 +283,7 @@ impl Gate {
             archived: false,
             paid_buyers: Bloom::with_capacity(paid_buyers_sized_for(stock_total)),
             paid_buyers_sized_for: paid_buyers_sized_for(stock_total),
+            joined: None,
         }
     }
 
@@ -960,13 +966,25 @@ impl Gate {
 
     /// An edge's report of the tickets it issued. Reports are what place
     /// the watermark; see `admission`.
+    ///
+    /// A buyer who joins again is counted once: every counted ticket moves
+    /// the watermark back for everyone after it, so a buyer rejoining in a
+    /// loop (at the buyers' rate limit) would slow the room for all.
     pub fn record_arrivals(&mut self, now_ms: u64, arrivals: &Arrivals) {
         self.settle(now_ms);
+        let mut arrivals = arrivals.clone();
+        if !arrivals.named.is_empty() {
+            let joined = self
+                .joined
+                .get_or_insert_with(|| Bloom::with_capacity(limits::JOINED_SIZED_FOR));
+            let forgotten = arrivals.forget_rejoins(joined);
+            self.counters.rejoins_uncounted += forgotten;
+        }
         if arrivals.is_empty() {
             return;
         }
         let rules = self.admission_rules();
-        self.admission.record(now_ms, rules, arrivals);
+        self.admission.record(now_ms, rules, &arrivals);
         self.dirty.admission = true;
     }
 
@@ -1246,6 +1264,7 @@ impl Gate {
                 .admitted_milli(now_ms, self.admission_rules())
                 / 1000,
             queue_advancing: self.admission.advancing,
+            queue_rejoins_uncounted: self.counters.rejoins_uncounted,
             counters: self.counters.clone(),
         }
     }

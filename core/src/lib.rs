@@ -32,7 +32,7 @@ pub mod rows;
 pub mod stats;
 mod store;
 
-pub use admission::{Admission, Arrivals, QueueKey, Rules, Ticket, Watermark};
+pub use admission::{Admission, Arrivals, Named, QueueKey, Rules, Ticket, Watermark};
 pub use archive::{Archive, NoArchive};
 pub use config::{limits, Config, ConfigError, ConfigPatch, Mode, Phase};
 pub use gate::{Gate, ReservationView};

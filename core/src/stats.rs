@@ -13,6 +13,9 @@ pub struct Counters {
     confirm: [u64; ConfirmKind::ALL.len()],
     cancel: [u64; CancelKind::ALL.len()],
     pub holds_expired: u64,
+    /// Tickets of buyers who had joined the waiting room before, reported
+    /// by the edges and not counted again.
+    pub rejoins_uncounted: u64,
 }
 
 impl Counters {
@@ -89,6 +92,7 @@ pub struct Stats {
     pub queue_reported: u64,
     pub queue_admitted: u64,
     pub queue_advancing: bool,
+    pub queue_rejoins_uncounted: u64,
     pub counters: Counters,
 }
 

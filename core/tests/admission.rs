@@ -162,3 +162,107 @@ proptest! {
         }
     }
 }
+
+// A buyer who joins again, in the same report or a later one, before the
+// opening or after, is counted once; merging reports keeps the counts and
+// names at most `limits::ARRIVALS_NAMED_MAX`; and the names go on the wire
+// as pairs, left out when there are none.
+mod rejoins {
+    use flashgate_core::bloom::Bloom;
+    use flashgate_core::{limits, Arrivals, Named, Ticket};
+
+    const OPEN: u64 = 100_000;
+
+    fn ticket(arrived_ms: u64, tiebreak: u32) -> Ticket {
+        Ticket {
+            arrived_ms,
+            tiebreak,
+        }
+    }
+
+    #[test]
+    fn a_buyer_who_joins_again_is_counted_once() {
+        let mut joined = Bloom::with_capacity(limits::JOINED_SIZED_FOR);
+        let mut first = Arrivals::default();
+        // Buyer 7 three times (twice in the pre-queue, once after the
+        // opening), buyer 9 once.
+        first.add(&ticket(OPEN - 500, 7), Some(OPEN));
+        first.add(&ticket(OPEN - 100, 7), Some(OPEN));
+        first.add(&ticket(OPEN + 1_500, 7), Some(OPEN));
+        first.add(&ticket(OPEN + 1_600, 9), Some(OPEN));
+        assert_eq!(
+            (first.prequeue, first.per_second.clone()),
+            (2, vec![(101, 2)])
+        );
+        assert_eq!(first.forget_rejoins(&mut joined), 2);
+        assert_eq!(
+            (first.prequeue, first.per_second.clone()),
+            (1, vec![(101, 1)])
+        );
+        assert!(first.named.is_empty(), "the names are consumed");
+        // A later report: 9 again, and a new buyer.
+        let mut later = Arrivals::default();
+        later.add(&ticket(OPEN + 2_000, 9), Some(OPEN));
+        later.add(&ticket(OPEN + 2_100, 11), Some(OPEN));
+        assert_eq!(later.forget_rejoins(&mut joined), 1);
+        assert_eq!(later.per_second, vec![(102, 1)]);
+    }
+
+    #[test]
+    fn a_report_that_names_more_than_it_counts_takes_out_no_more_than_it_counted() {
+        // Only the edge sends reports, and it names only what it counted;
+        // one that says otherwise still cannot drive a count below zero.
+        let mut joined = Bloom::with_capacity(16);
+        let mut odd = Arrivals {
+            prequeue: 0,
+            per_second: vec![(5, 1)],
+            named: vec![
+                Named(1, Some(5)),
+                Named(1, Some(5)),
+                Named(1, Some(5)),
+                Named(1, Some(6)),
+                Named(1, None),
+            ],
+        };
+        assert_eq!(odd.forget_rejoins(&mut joined), 1);
+        assert_eq!((odd.prequeue, odd.per_second), (0, vec![(5, 0)]));
+    }
+
+    #[test]
+    fn merging_reports_keeps_every_count_and_names_at_most_the_limit() {
+        let mut a = Arrivals::default();
+        let mut b = Arrivals::default();
+        let n = limits::ARRIVALS_NAMED_MAX as u64;
+        for i in 0..n {
+            a.add(&ticket(OPEN + i, i as u32), Some(OPEN));
+            b.add(&ticket(OPEN - 1 - i, i as u32), Some(OPEN));
+        }
+        b.add(&ticket(OPEN + 9_000, 1), Some(OPEN));
+        assert_eq!(
+            b.named.len(),
+            limits::ARRIVALS_NAMED_MAX,
+            "add names at most the limit"
+        );
+        a.merge(&b);
+        assert_eq!(a.prequeue, n);
+        assert_eq!(a.per_second.iter().map(|(_, c)| c).sum::<u64>(), n + 1);
+        assert_eq!(a.named.len(), limits::ARRIVALS_NAMED_MAX);
+    }
+
+    #[test]
+    fn names_travel_as_pairs_and_are_left_out_when_none() {
+        let mut a = Arrivals::default();
+        a.add(&ticket(OPEN + 1_000, 3), Some(OPEN));
+        a.add(&ticket(OPEN - 1, 4), Some(OPEN));
+        let text = serde_json::to_string(&a).unwrap();
+        assert_eq!(
+            text,
+            r#"{"prequeue":1,"per_second":[[101,1]],"named":[[3,101],[4,null]]}"#
+        );
+        assert_eq!(serde_json::from_str::<Arrivals>(&text).unwrap(), a);
+        let old = r#"{"prequeue":2,"per_second":[]}"#;
+        let parsed: Arrivals = serde_json::from_str(old).unwrap();
+        assert!(parsed.named.is_empty());
+        assert_eq!(serde_json::to_string(&parsed).unwrap(), old);
+    }
+}

@@ -22,7 +22,7 @@
 //!
 //! A failure prints the seed and the step; rerun it with `SIM_SEED`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use flashgate_core::{
@@ -106,6 +106,9 @@ struct Model {
     /// The waiting room, driven by the model's own rule for when it
     /// advances.
     adm: Admission,
+    /// The tiebreaks of the buyers whose tickets the room counted since the
+    /// last restore: a buyer who joins again is not counted again.
+    joined: BTreeSet<u32>,
     /// Settling per event: at most `settle_max` expiries and purges per
     /// instant, oldest first; a timeout starts afresh.
     settle_max: u32,
@@ -559,6 +562,7 @@ impl Sim {
             pace_window: 0,
             pace: BTreeMap::new(),
             adm,
+            joined: BTreeSet::new(),
             settle_max,
             settle_at: None,
             settle_used: 0,
@@ -849,12 +853,26 @@ impl Sim {
                 // An edge reports the tickets it issued.
                 let opens = self.model.config.opens_at_ms;
                 let mut arrivals = Arrivals::default();
+                // The model's own rule: only the first ticket of each buyer
+                // (tiebreak) since the last restore is counted.
+                let mut counted = Arrivals::default();
                 for _ in 0..self.rng.range(0, 20) {
+                    // Often a buyer who joined before joins again, with a
+                    // new arrival time, sometimes twice in one report.
+                    let tiebreak = match self.tickets.len() {
+                        n if n > 0 && self.rng.chance(30) => {
+                            self.tickets[self.rng.below(n as u64) as usize].tiebreak
+                        }
+                        _ => self.rng.next() as u32,
+                    };
                     let t = Ticket {
                         arrived_ms: self.now.saturating_sub(self.rng.below(5_000)),
-                        tiebreak: self.rng.next() as u32,
+                        tiebreak,
                     };
                     arrivals.add(&t, opens);
+                    if self.model.joined.insert(tiebreak) {
+                        counted.add(&t, opens);
+                    }
                     self.tickets.push(t);
                 }
                 if self.tickets.len() > 200 {
@@ -865,7 +883,9 @@ impl Sim {
                 m.settle(self.now);
                 m.sync(self.now);
                 let rules = m.rules();
-                m.adm.record(self.now, rules, &arrivals);
+                if !counted.is_empty() {
+                    m.adm.record(self.now, rules, &counted);
+                }
                 desc = format!("record_arrivals({arrivals:?})");
             }
             _ => {
@@ -894,6 +914,9 @@ impl Sim {
                 self.tally.clear();
                 self.model.expired = 0;
                 self.model.pace.clear();
+                // So is the filter of who joined: a buyer is counted once
+                // more after a restore.
+                self.model.joined.clear();
                 self.restores += 1;
                 desc = "restore".into();
             }

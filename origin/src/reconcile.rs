@@ -252,6 +252,7 @@ mod tests {
                 admitted: 0,
                 waiting: 0,
                 advancing: true,
+                rejoins_uncounted: 0,
             },
             snapshots: 0,
             work: Default::default(),

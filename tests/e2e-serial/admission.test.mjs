@@ -288,6 +288,37 @@ test("the pre-queue: arrivals before the opening wait, then are admitted at the 
   }
 });
 
+test("a buyer who joins the waiting room again and again is counted once, and does not slow the room", async () => {
+  const gate = await startGate();
+  try {
+    const api = client(gate.url);
+    const P = "rejoin";
+    await api.put(P, { stock_total: 100, opens_at_ms: Date.now() + 600_000, prequeue_ms: 3_600_000, admit_per_s: 20, per_buyer_max: 1, quantity_max: 1 });
+    const once = await pool(Array.from({ length: 10 }, (_, i) => () => api.join(P, `once-${i}`)), 10);
+    assert.ok(once.every((t) => t.status === 201), JSON.stringify(once[0].body));
+    // One buyer joins 16 times, as a script looping on the button would,
+    // some of them at once.
+    const loops = await pool(Array.from({ length: 16 }, () => () => api.join(P, "looper")), 4);
+    assert.ok(loops.every((t) => t.status === 201), JSON.stringify(loops[0].body));
+    // The edge reports its tickets with its next snapshot fetch, about once
+    // a second while someone asks.
+    let queue;
+    for (const until = Date.now() + 10_000; Date.now() < until; await sleep(300)) {
+      await api.product(P);
+      queue = (await api.stats(P)).body.queue;
+      if (queue.reported + queue.rejoins_uncounted >= 27) break;
+    }
+    assert.equal(queue.reported, 11, `every buyer counted once: ${JSON.stringify(queue)}`);
+    assert.equal(queue.rejoins_uncounted, 15, JSON.stringify(queue));
+    // So a buyer who joined once stands among 11, not 26.
+    const standing = await api.standing(P, "once-0", once[0].body.ticket);
+    assert.equal(standing.status, 200);
+    assert.ok(standing.body.position <= 11, JSON.stringify(standing.body));
+  } finally {
+    await gate.stop();
+  }
+});
+
 test("stock that comes back (an expired hold) reaches the edge within about a second", async () => {
   const gate = await startGate();
   try {

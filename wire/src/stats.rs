@@ -94,6 +94,9 @@ pub struct QueueStats {
     pub waiting: u64,
     /// Whether admission moves (stock to sell, sale active).
     pub advancing: bool,
+    /// Tickets of buyers who had joined before, reported by the edges and
+    /// not counted again, since the object loaded.
+    pub rejoins_uncounted: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
