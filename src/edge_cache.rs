@@ -273,7 +273,18 @@ impl EdgeCache {
         // so it counts those tickets now.
         self.in_flight.remove(product_id);
         if self.entries.len() >= EDGE_PRODUCTS_MAX && !self.entries.contains_key(product_id) {
-            self.entries.clear();
+            // Full: first forget the ids that name no product, and the
+            // snapshots too old to be used, so that a flood of made-up ids
+            // (one unknown entry each) cannot push the real products'
+            // snapshots out, which would send their crowds to the objects.
+            let now_ms = entry.fetched_at_ms;
+            self.entries.retain(|_, e| {
+                matches!(e.known, Known::Product { .. })
+                    && now_ms.saturating_sub(e.fetched_at_ms) < SNAPSHOT_STALE_MAX_MS
+            });
+            if self.entries.len() >= EDGE_PRODUCTS_MAX {
+                self.entries.clear();
+            }
         }
         self.entries.insert(product_id.to_string(), entry);
     }
@@ -499,6 +510,41 @@ mod tests {
         let left = c.unreported("p").unwrap();
         assert_eq!(left.per_second, vec![((OPEN + 4_000) / 1000, 1)]);
         assert_eq!(report.per_second.iter().map(|(_, n)| n).sum::<u64>(), 3);
+    }
+
+    #[test]
+    fn made_up_ids_cannot_push_a_real_products_snapshot_out() {
+        let mut c = EdgeCache::default();
+        let product = |at| Entry {
+            fetched_at_ms: at,
+            known: Known::Product {
+                snapshot: Rc::new(snapshot(5, &[], None)),
+                body: Rc::new(b"{}".to_vec()),
+            },
+        };
+        let unknown = |at| Entry {
+            fetched_at_ms: at,
+            known: Known::Unknown,
+        };
+        c.insert("real", product(OPEN));
+        c.insert("old", product(OPEN - SNAPSHOT_STALE_MAX_MS));
+        for i in 0..10 * EDGE_PRODUCTS_MAX {
+            c.insert(&format!("made-up-{i}"), unknown(OPEN + i as u64 / 100));
+            assert!(c.len() <= EDGE_PRODUCTS_MAX, "bounded");
+        }
+        assert!(
+            c.fresh("real", OPEN + 500).is_some(),
+            "the real product stays"
+        );
+        assert!(
+            !c.entries.contains_key("old"),
+            "a stale snapshot goes first"
+        );
+        // Real products alone past the bound still fit the bound.
+        for i in 0..EDGE_PRODUCTS_MAX + 1 {
+            c.insert(&format!("p{i}"), product(OPEN));
+        }
+        assert!(c.len() <= EDGE_PRODUCTS_MAX);
     }
 
     #[test]

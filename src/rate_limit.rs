@@ -113,10 +113,22 @@ impl Policies {
 
 /// The key a limiter counts a request under: the client's address, which
 /// Cloudflare sets and a client cannot (locally, whatever was sent, or one
-/// shared key).
+/// shared key). An IPv6 client is counted by its /64: a single subscriber
+/// is routed a whole /64 (often more), so counting each address would give
+/// one client 2^64 fresh limits.
 pub fn ip_key(connecting_ip: Option<&str>) -> String {
     match connecting_ip.map(str::trim).filter(|ip| !ip.is_empty()) {
-        Some(ip) if ip.len() <= 64 => format!("ip:{ip}"),
+        Some(ip) if ip.len() <= 64 => match ip.parse::<std::net::Ipv6Addr>() {
+            // An IPv4 address mapped into IPv6 is the IPv4 client.
+            Ok(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => format!("ip:{v4}"),
+                None => {
+                    let s = v6.segments();
+                    format!("ip6:{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+                }
+            },
+            Err(_) => format!("ip:{ip}"),
+        },
         _ => "ip:unknown".into(),
     }
 }
@@ -184,5 +196,16 @@ mod tests {
         assert_eq!(ip_key(Some(" 203.0.113.9 ")), "ip:203.0.113.9");
         assert_eq!(ip_key(None), "ip:unknown");
         assert_eq!(ip_key(Some(&"9".repeat(100))), "ip:unknown");
+    }
+
+    #[test]
+    fn an_ipv6_client_is_counted_by_its_slash_64() {
+        let key = ip_key(Some("2001:db8:a:b:1:2:3:4"));
+        assert_eq!(key, "ip6:2001:db8:a:b::/64");
+        // Another address in the same /64, however it is written.
+        assert_eq!(ip_key(Some("2001:0DB8:000a:000b:ffff::9")), key);
+        assert_ne!(ip_key(Some("2001:db8:a:c::1")), key, "the next /64");
+        assert_eq!(ip_key(Some("::ffff:203.0.113.9")), "ip:203.0.113.9");
+        assert_eq!(ip_key(Some("203.0.113.9")), "ip:203.0.113.9");
     }
 }

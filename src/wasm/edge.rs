@@ -103,7 +103,10 @@ async fn read_body(
     if declared.is_some() {
         // The declared length is within the limit, and the runtime holds a
         // body to its declared length, so it can be read in one piece.
-        let buffer = JsFuture::from(req.array_buffer()?).await?;
+        let buffer = match JsFuture::from(req.array_buffer()?).await {
+            Ok(buffer) => buffer,
+            Err(_) => return Ok(Err(body_broken_off())),
+        };
         let body = worker::js_sys::Uint8Array::new(&buffer).to_vec();
         if body.len() > BODY_BYTES_MAX {
             return Ok(Err(Problem::body_too_large(BODY_BYTES_MAX)));
@@ -119,12 +122,22 @@ async fn read_body(
         Err(_) => return Ok(Ok(body)),
     };
     while let Some(chunk) = stream.next().await {
-        body.extend_from_slice(&chunk?);
+        let Ok(chunk) = chunk else {
+            return Ok(Err(body_broken_off()));
+        };
+        body.extend_from_slice(&chunk);
         if body.len() > BODY_BYTES_MAX {
             return Ok(Err(Problem::body_too_large(BODY_BYTES_MAX)));
         }
     }
     Ok(Ok(body))
+}
+
+/// A body that could not be read whole: the client broke off before its
+/// declared length, or its framing was broken. The client's fault, so a
+/// 4xx (it may never arrive), and nothing was decided.
+fn body_broken_off() -> Problem {
+    Problem::malformed_json("the body could not be read whole: it ended early or was broken off")
 }
 
 fn html_response(body: String) -> worker::Result<Response> {

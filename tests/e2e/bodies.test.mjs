@@ -5,6 +5,9 @@
 // next request on the same socket. Bodies up to the edge's limit are tried,
 // and over it (the 413), up to 40 KB.
 //
+// A body the client breaks off (shorter than its declared length, or a
+// chunked body cut mid-chunk) is a 400 and changes nothing.
+//
 // Beyond that, workerd itself resets a keep-alive connection whose unread
 // body is larger than about 64 KB, for the JavaScript ceiling's plain Worker
 // as well (ARCHITECTURE.md, "Connection resets"); the edge does not read an
@@ -12,6 +15,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import http from "node:http";
+import net from "node:net";
 import { gateVars, startGate } from "../support/runtime.mjs";
 import { client } from "../support/client.mjs";
 import { buyerToken } from "../support/keys.mjs";
@@ -97,6 +101,48 @@ test("bodies the edge answers without reading keep the connection, up to 40 KB",
         }
       }
     }
+  } finally {
+    await gate.stop();
+  }
+});
+
+/** Writes `text` on a new connection, closes the writing side, and returns
+ * what came back. */
+function raw(port, text) {
+  return new Promise((ok) => {
+    const socket = net.connect(port, "127.0.0.1", () => {
+      socket.write(text);
+      socket.end();
+    });
+    let out = "";
+    socket.on("data", (d) => (out += d));
+    socket.on("close", () => ok(out));
+    socket.on("error", (e) => ok(`error ${e.code}`));
+  });
+}
+
+test("a body broken off before its end is a 400 with a JSON body, and changes nothing", async () => {
+  const gate = await startGate();
+  try {
+    const api = client(gate.url);
+    assert.equal((await api.put("broken", { stock_total: 10, per_buyer_max: 5 })).status, 201);
+    const head = (key, framing) =>
+      "POST /api/products/broken/reservations HTTP/1.1\r\nhost: gate\r\ncontent-type: application/json\r\n" +
+      `authorization: Bearer ${buyerToken("broken-buyer")}\r\nidempotency-key: "${key}"\r\n${framing}\r\n\r\n`;
+    const cases = {
+      "shorter than its content-length": head("short", "content-length: 100") + '{"quantity":1',
+      "a chunked body cut mid-chunk": head("chunked", "transfer-encoding: chunked") + '9\r\n{"quan',
+    };
+    for (const [name, text] of Object.entries(cases)) {
+      const answer = await raw(gate.port, text);
+      assert.match(answer, /^HTTP\/1\.1 400 /, `${name}: ${answer.slice(0, 300)}`);
+      const problem = JSON.parse(answer.split("\r\n\r\n")[1]);
+      assert.equal(problem.code, "malformed_json", name);
+      assert.equal(problem.status, 400, name);
+    }
+    const stats = (await api.stats("broken")).body;
+    assert.equal(stats.held, 0, "nothing was reserved");
+    assert.equal(stats.available, 10);
   } finally {
     await gate.stop();
   }
