@@ -252,6 +252,10 @@ pub enum Command {
         product_id: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         buyer: Option<String>,
+        /// The viewer's client (`live::client_tag`), whose sockets the
+        /// object counts.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        client: Option<String>,
     },
 }
 

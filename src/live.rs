@@ -198,6 +198,26 @@ pub fn admits(open: usize, sockets_max: u32) -> bool {
     open < sockets_max as usize
 }
 
+/// The most sockets one client (an address, an IPv6 client's /64: the IP
+/// limit's key) keeps open on one product: a few tabs. Without it a handful
+/// of addresses could take every place (`LIVE_SOCKETS_MAX`) and hold it,
+/// since the runtime answers their pings, and every other viewer would be
+/// sent to poll.
+pub const LIVE_SOCKETS_PER_CLIENT_MAX: usize = 8;
+
+/// The hibernation tag of a client's sockets, by which the object counts
+/// them (`getWebSockets(tag)`); none for a client without a known address
+/// (only local runs: Cloudflare always sets one), which only the product's
+/// cap bounds.
+pub fn client_tag(ip_key: &str) -> Option<String> {
+    (ip_key != crate::rate_limit::UNKNOWN_IP_KEY).then(|| format!("client:{ip_key}"))
+}
+
+/// Whether a client with `open` sockets on the product may open another.
+pub fn admits_client(open: usize) -> bool {
+    open < LIVE_SOCKETS_PER_CLIENT_MAX
+}
+
 /// The text a client may send, answered by the runtime without waking the
 /// object (`setWebSocketAutoResponse`). Any other message closes the
 /// socket: viewers only listen.
@@ -290,6 +310,16 @@ mod tests {
     fn the_socket_cap_admits_below_it_only() {
         assert!(admits(0, 1));
         assert!(!admits(1, 1));
+        assert!(admits_client(LIVE_SOCKETS_PER_CLIENT_MAX - 1));
+        assert!(!admits_client(LIVE_SOCKETS_PER_CLIENT_MAX));
+        let tag = client_tag(&crate::rate_limit::ip_key(Some("2001:db8::1"))).unwrap();
+        assert_eq!(
+            Some(tag.clone()),
+            client_tag(&crate::rate_limit::ip_key(Some("2001:db8::2"))),
+            "one /64 is one client"
+        );
+        assert!(tag.len() <= 256, "the runtime's limit on a tag");
+        assert_eq!(client_tag(&crate::rate_limit::ip_key(None)), None);
         assert!(admits(1_999, LIVE_SOCKETS_MAX_DEFAULT));
         assert!(!admits(2_000, LIVE_SOCKETS_MAX_DEFAULT));
     }

@@ -92,6 +92,20 @@ impl Problem {
         .retry_after_ms(poll_ms.max(30_000))
     }
 
+    /// One client has its share of a product's live sockets: the same
+    /// answer as a full product, so a page polls instead.
+    pub fn live_full_for_client(product_id: &str, per_client_max: usize, poll_ms: u64) -> Self {
+        Problem::new(
+            ProblemCode::LiveFull,
+            format!(
+                "this client has {per_client_max} live sockets on this product; poll GET /api/products/{product_id} instead"
+            ),
+        )
+        .with("poll", format!("/api/products/{product_id}"))
+        .with("poll_interval_ms", poll_ms)
+        .retry_after_ms(poll_ms.max(30_000))
+    }
+
     /// The catalog lists no more products; an existing product can still
     /// be updated.
     pub fn catalog_full(products_max: usize) -> Self {

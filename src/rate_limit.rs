@@ -129,9 +129,13 @@ pub fn ip_key(connecting_ip: Option<&str>) -> String {
             },
             Err(_) => format!("ip:{ip}"),
         },
-        _ => "ip:unknown".into(),
+        _ => UNKNOWN_IP_KEY.into(),
     }
 }
+
+/// `ip_key` of a request without a usable address: in production
+/// Cloudflare always sets one, so only local runs share this key.
+pub const UNKNOWN_IP_KEY: &str = "ip:unknown";
 
 /// The answer to a request a limiter refused.
 pub fn limited(limiter: Limiter, policy: Policy) -> Problem {

@@ -228,7 +228,7 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
         }
         Route::ListProducts => return list_products(env).await.map(Answer::Raw),
         Route::Live { product_id } => {
-            return live(&parts, env, &settings, &product_id, now).await;
+            return live(&parts, env, &settings, &product_id, &ip, now).await;
         }
         Route::Page(_) | Route::OpenApi => return refuse(Problem::internal()),
     };
@@ -325,6 +325,7 @@ async fn live(
     env: &Env,
     settings: &Settings,
     product_id: &str,
+    ip: &str,
     now: u64,
 ) -> worker::Result<Answer> {
     let upgrade = parts.get(Field::Upgrade).unwrap_or_default();
@@ -346,6 +347,7 @@ async fn live(
     let cmd = Command::Watch {
         product_id: product_id.to_string(),
         buyer,
+        client: crate::live::client_tag(ip),
     };
     match forward_raw(env, product_id, &cmd).await {
         Ok(resp) => Ok(Answer::Raw(resp)),

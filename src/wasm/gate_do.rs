@@ -116,7 +116,12 @@ impl ProductGate {
     /// it with the current state, and keeps its buyer and version across
     /// hibernation. Past the cap it refuses, and the page polls the
     /// edge-cached read instead.
-    fn watch(&self, product_id: &str, buyer: Option<String>) -> worker::Result<Response> {
+    fn watch(
+        &self,
+        product_id: &str,
+        buyer: Option<String>,
+        client: Option<String>,
+    ) -> worker::Result<Response> {
         let now = now_ms();
         let loaded = self.object.borrow_mut().live_state(&mut self.store(), now);
         let current = match loaded {
@@ -139,8 +144,25 @@ impl ProductGate {
                 crate::edge_cache::SNAPSHOT_FRESH_MS,
             ));
         }
+        // The client's own share, counted by the tag its sockets carry
+        // (which survives hibernation).
+        if let Some(tag) = &client {
+            let mine = self.state.get_websockets_with_tag(tag).len();
+            if !live::admits_client(mine) {
+                return http::problem(Problem::live_full_for_client(
+                    product_id,
+                    live::LIVE_SOCKETS_PER_CLIENT_MAX,
+                    crate::edge_cache::SNAPSHOT_FRESH_MS,
+                ));
+            }
+        }
         let pair = WebSocketPair::new()?;
-        self.state.accept_web_socket(&pair.server);
+        match &client {
+            Some(tag) => self
+                .state
+                .accept_websocket_with_tags(&pair.server, &[tag.as_str()]),
+            None => self.state.accept_web_socket(&pair.server),
+        }
         let (version, message) = self.pusher.borrow_mut().greeting(current, product_id, now);
         pair.server
             .serialize_attachment(Attachment { buyer, version })?;
@@ -480,8 +502,13 @@ impl ProductGate {
                 return http::respond_raw(&Problem::internal().into());
             }
         };
-        if let Command::Watch { product_id, buyer } = cmd {
-            return self.watch(&product_id, buyer).map(Into::into);
+        if let Command::Watch {
+            product_id,
+            buyer,
+            client,
+        } = cmd
+        {
+            return self.watch(&product_id, buyer, client).map(Into::into);
         }
         // Group commit: wait one tick, so the commands that arrive in it
         // share a batch, then take this command's answer; the first request

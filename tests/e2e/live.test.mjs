@@ -1,7 +1,8 @@
 // Live updates over the product object's hibernatable WebSocket, on bare
 // workerd: the greeting, a push after a reservation, coalescing, versions
-// that only grow, the socket cap, abuse (a forged token, a viewer that
-// talks, no upgrade), and the product list. Every failure names its inputs.
+// that only grow, the socket cap and each client's share of it, abuse (a
+// forged token, a viewer that talks, no upgrade), and the product list.
+// Every failure names its inputs.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import WebSocket from "ws";
@@ -142,6 +143,35 @@ test("past the socket cap a viewer is told to poll, and a freed place is taken a
   }
   assert.ok(again, "a closed socket frees its place");
   for (const v of [...viewers, again]) v.ws.close();
+});
+
+test("one client holds at most its share of a product's sockets, counted by its /64", async () => {
+  const product = "live-client";
+  assert.equal((await api.put(product, { stock_total: 5 })).status, 201);
+  const PER_CLIENT = 8;
+  const from = (ip) => ({ "cf-connecting-ip": ip });
+  // Eight tabs from one IPv6 client, from different addresses of its /64.
+  const mine = await Promise.all(Array.from({ length: PER_CLIENT }, (_, i) => watch(product, from(`2001:db8:7:7::${i + 1}`))));
+  await assert.rejects(watch(product, from("2001:db8:7:7:ffff::9")), (e) => {
+    assert.equal(e.status, 503, JSON.stringify(e.body));
+    assert.equal(e.body.code, "live_full");
+    assert.match(e.body.detail, /this client/);
+    assert.equal(e.body.poll, `/api/products/${product}`);
+    return true;
+  });
+  // Another client, and the next /64, are not affected.
+  const other = await watch(product, from("198.51.100.77"));
+  const neighbour = await watch(product, from("2001:db8:7:8::1"));
+  // A closed socket frees the client's place.
+  mine[0].ws.close();
+  await mine[0].closed;
+  let again = null;
+  for (let i = 0; i < 50 && !again; i++) {
+    again = await watch(product, from("2001:db8:7:7::42")).catch(() => null);
+    if (!again) await new Promise((ok) => setTimeout(ok, 100));
+  }
+  assert.ok(again, "a closed socket frees the client's place");
+  for (const v of [...mine, other, neighbour, again]) v.ws.close();
 });
 
 test("the product list shows what is open or scheduled, and nothing else", async () => {
