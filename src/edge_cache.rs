@@ -35,6 +35,11 @@ pub const SNAPSHOT_FRESH_MS: u64 = 1_000;
 /// Products an isolate keeps snapshots of; the map is cleared at this
 /// size, which bounds its memory against requests for many random ids.
 pub const EDGE_PRODUCTS_MAX: usize = 1_024;
+/// Tickets named (`Arrivals::named`) in all of an isolate's reports, sent
+/// and unsent, together: each report names at most
+/// `limits::ARRIVALS_NAMED_MAX`, and this bounds them across products
+/// (about 24 bytes each). Past it a ticket is counted unnamed.
+pub const EDGE_NAMED_MAX: usize = 16_384;
 /// The oldest snapshot served while another request's fetch is slow.
 pub const SNAPSHOT_STALE_MAX_MS: u64 = 10_000;
 
@@ -296,10 +301,19 @@ impl EdgeCache {
             // unbounded map would be worse.
             self.pending.clear();
         }
-        self.pending
-            .entry(product_id.to_string())
-            .or_default()
-            .add(ticket, opens_at_ms);
+        let named: usize = self
+            .pending
+            .values()
+            .chain(self.in_flight.values())
+            .map(|a| a.named.len())
+            .sum();
+        let report = self.pending.entry(product_id.to_string()).or_default();
+        let before = report.named.len();
+        report.add(ticket, opens_at_ms);
+        if named >= EDGE_NAMED_MAX {
+            // Counted, but not named: the isolate holds its most names.
+            report.named.truncate(before);
+        }
     }
 
     /// The tickets issued here for `product_id` that the snapshot in hand
@@ -510,6 +524,31 @@ mod tests {
         let left = c.unreported("p").unwrap();
         assert_eq!(left.per_second, vec![((OPEN + 4_000) / 1000, 1)]);
         assert_eq!(report.per_second.iter().map(|(_, n)| n).sum::<u64>(), 3);
+    }
+
+    #[test]
+    fn an_isolate_names_at_most_its_bound_of_tickets_and_counts_every_one() {
+        let mut c = EdgeCache::default();
+        let per_report = flashgate_core::limits::ARRIVALS_NAMED_MAX;
+        let products = EDGE_NAMED_MAX / per_report + 2;
+        for p in 0..products {
+            for i in 0..per_report + 10 {
+                let t = Ticket {
+                    arrived_ms: OPEN + i as u64,
+                    tiebreak: i as u32,
+                };
+                c.issued(&format!("p{p}"), &t, Some(OPEN));
+            }
+        }
+        let mut named = 0;
+        for p in 0..products {
+            let report = c.unreported(&format!("p{p}")).unwrap();
+            let counted: u64 = report.per_second.iter().map(|(_, n)| n).sum();
+            assert_eq!(counted, (per_report + 10) as u64, "every ticket counted");
+            assert!(report.named.len() <= per_report);
+            named += report.named.len();
+        }
+        assert_eq!(named, EDGE_NAMED_MAX);
     }
 
     #[test]
