@@ -271,12 +271,12 @@ impl ProductObject {
     }
 
     /// Group commit: runs a batch of commands in one transaction. Each is
-    /// decided in turn, exactly as one command alone, so a later command
-    /// sees what an earlier one decided; then the rows they changed are
-    /// written, each once, and commit together. Either every reply is
-    /// returned, or none: a failed write or commit anywhere in the batch
-    /// rolls the whole batch back and poisons the object, so nothing
-    /// unwritten is acknowledged. At most `COMMANDS_PER_BATCH_MAX` commands.
+    /// decided and its rows written in turn, exactly as one command alone,
+    /// so a later command sees what an earlier one decided; the rows of all
+    /// of them then commit together. Either every reply is returned, or
+    /// none: a failed write or commit anywhere in the batch rolls the whole
+    /// batch back and poisons the object, so nothing unwritten is
+    /// acknowledged. At most `COMMANDS_PER_BATCH_MAX` commands.
     pub fn commands(
         &mut self,
         store: &mut impl Storage,
@@ -293,22 +293,13 @@ impl ProductObject {
             // methods take it shared), so they write nothing and need no
             // transaction: what they read is committed, and one would cost a
             // savepoint and its release for nothing.
-            self.decide_each(store, cmds, now_ms)
+            cmds.iter()
+                .map(|cmd| self.decide(store, cmd, now_ms))
+                .collect()
         } else {
             store.atomically(|s| {
                 self.ensure_loaded(s)?;
-                let existed = self.product.is_some();
-                let replies = self.decide_each(s, cmds, now_ms)?;
-                // The batch's changes are taken and written once, after its
-                // last decision and in the same turn and transaction: a row
-                // that several commands touched (the meta row's id counter,
-                // which every reserve advances) is written once per batch,
-                // not once per command. Nothing is acknowledged before the
-                // transaction commits, so this keeps "decide and write in
-                // one turn": the replies leave only after the commit.
-                let created = !existed && self.product.is_some();
-                self.persist(s, created)?;
-                Ok(replies)
+                cmds.iter().map(|cmd| self.decide(s, cmd, now_ms)).collect()
             })
         };
         if result.is_err() {
@@ -326,32 +317,29 @@ impl ProductObject {
         result
     }
 
-    /// Decides each command in turn, so that a later one sees what an
-    /// earlier one decided. What they change is left for `persist`.
-    fn decide_each(
+    fn decide(
         &mut self,
         store: &mut impl Storage,
-        cmds: &[Command],
+        cmd: &Command,
         now_ms: u64,
-    ) -> Result<Vec<Reply>, StorageError> {
-        let mut replies = Vec::with_capacity(cmds.len());
-        for cmd in cmds {
-            if matches!(cmd, Command::Snapshot { .. }) {
-                self.delivery.snapshots += 1;
-            }
-            let reader = Reader::new(&mut *store);
-            let reply = service::execute(
-                &mut self.product,
-                cmd,
-                now_ms,
-                &self.delivery,
-                &self.id_secret,
-                &reader,
-            );
-            reader.finish()?;
-            replies.push(reply);
+    ) -> Result<Reply, StorageError> {
+        if matches!(cmd, Command::Snapshot { .. }) {
+            self.delivery.snapshots += 1;
         }
-        Ok(replies)
+        let existed = self.product.is_some();
+        let reader = Reader::new(store);
+        let reply = service::execute(
+            &mut self.product,
+            cmd,
+            now_ms,
+            &self.delivery,
+            &self.id_secret,
+            &reader,
+        );
+        let store = reader.finish()?;
+        let created = !existed && self.product.is_some();
+        self.persist(store, created)?;
+        Ok(reply)
     }
 
     /// The alarm fired: expire what is due and write it. Returns how many

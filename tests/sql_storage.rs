@@ -285,6 +285,52 @@ fn an_object_over_sqlite_survives_a_reload() {
     );
 }
 
+/// A batch that creates a product and then, in a later command, reads
+/// storage for the product's paid records (a restock large enough to regrow
+/// the paying buyers' filter, a lower `per_buyer_max`) succeeds whole, as
+/// the same commands in separate batches do: each command's rows, the
+/// product's tables included, are written before the next is decided. A
+/// change that wrote a batch's rows only after its last decision failed this
+/// batch, reading tables that did not exist yet.
+#[test]
+fn a_batch_that_creates_a_product_can_read_its_storage_in_a_later_command() {
+    let mut store = Lite::new();
+    let mut obj = ProductObject::new(SECRET);
+    let batch = vec![
+        Command::Upsert {
+            product_id: "p1".into(),
+            patch: serde_json::from_str(
+                r#"{"stock_total": 100, "per_buyer_max": 4, "opens_at_ms": null}"#,
+            )
+            .unwrap(),
+        },
+        Command::Restock {
+            product_id: "p1".into(),
+            units: 5_000,
+        },
+        Command::Upsert {
+            product_id: "p1".into(),
+            patch: serde_json::from_str(r#"{"per_buyer_max": 2}"#).unwrap(),
+        },
+    ];
+    let replies = obj.commands(&mut store, &batch, 1).unwrap();
+    let statuses: Vec<u16> = replies.iter().map(|r| r.status).collect();
+    assert!(
+        statuses.iter().all(|s| (200..300).contains(s)),
+        "{statuses:?} {replies:?}"
+    );
+    let p = obj
+        .command(
+            &mut store,
+            &Command::GetProduct {
+                product_id: "p1".into(),
+            },
+            2,
+        )
+        .unwrap();
+    assert_eq!(p.body["stock_total"].as_u64(), Some(5_100), "{:?}", p.body);
+}
+
 /// A product stored by a release with an older schema is refused at load,
 /// with a message that names the versions, instead of being misread.
 #[test]
