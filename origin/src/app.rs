@@ -231,26 +231,23 @@ async fn ingest(
     State(state): State<Shared>,
     uri: Uri,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    request: axum::extract::Request,
 ) -> Result<Json<BatchResult>, AppError> {
-    let body = body_of(body)?;
-    let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
-    auth::forwarded(
-        &state.settings.forward_keys,
-        &headers,
-        Method::POST.as_str(),
-        path,
-        &body,
-        now_ms(),
-    )
-    .map_err(|e| {
+    let refused = |e: flashgate_wire::signing::SignatureError| {
         state.metrics.unauthorized.inc();
         tracing::warn!(
             reason = e.describe(),
             "refused an unsigned or badly signed batch"
         );
         AppError::new(OriginCode::BadSignature, e.describe())
-    })?;
+    };
+    // The headers first: an unsigned flood costs no body read.
+    let checked = auth::forwarded_headers(&state.settings.forward_keys, &headers, now_ms())
+        .map_err(refused)?;
+    let body =
+        body_of(<Bytes as axum::extract::FromRequest<()>>::from_request(request, &()).await)?;
+    let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
+    auth::forwarded_body(checked, Method::POST.as_str(), path, &body).map_err(refused)?;
     let batch: Batch = parse_json(&body)?;
     batch.validate().map_err(|e| {
         let code = match e {

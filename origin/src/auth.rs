@@ -26,26 +26,38 @@ pub fn token_ok(tokens: &KeySet, headers: &HeaderMap) -> bool {
     tokens.holds_secret(bearer(headers).unwrap_or("").as_bytes())
 }
 
-/// Checks a delivery's signature with the forwarding keys.
-pub fn forwarded(
-    keys: &KeySet,
+/// Checks a delivery's signature headers with the forwarding keys, before
+/// its body is read: a request that cannot be genuine (no signature, an
+/// unknown key, a stale timestamp, a malformed signature) is refused
+/// without reading up to `BODY_BYTES_MAX` of body. `Checked::verify` then
+/// checks the MAC over the body (`forwarded_body`).
+pub fn forwarded_headers<'k>(
+    keys: &'k KeySet,
     headers: &HeaderMap,
-    method: &str,
-    path_and_query: &str,
-    body: &[u8],
     now_ms: u64,
-) -> Result<(), SignatureError> {
+) -> Result<signing::Checked<'k>, SignatureError> {
     let h = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let presented = Presented {
         kid: h(signing::KEY_ID_HEADER),
         timestamp: h(signing::TIMESTAMP_HEADER),
         signature: h(signing::SIGNATURE_HEADER),
     };
-    let req = signing::Request {
-        purpose: Purpose::Forward,
-        method,
-        path: path_and_query,
-        body,
-    };
-    signing::verify(keys, &presented, &req, now_ms).map(drop)
+    signing::check_presented(keys, &presented, now_ms)
+}
+
+/// The second half: the MAC over the method, path and body.
+pub fn forwarded_body(
+    checked: signing::Checked<'_>,
+    method: &str,
+    path_and_query: &str,
+    body: &[u8],
+) -> Result<(), SignatureError> {
+    checked
+        .verify(&signing::Request {
+            purpose: Purpose::Forward,
+            method,
+            path: path_and_query,
+            body,
+        })
+        .map(drop)
 }

@@ -688,6 +688,17 @@ on_both!(
             r#"{{"product_id":"p1","events":[],"pad":"{}"}}"#,
             "x".repeat(app::BODY_BYTES_MAX)
         );
+        // Unsigned, the same body is refused for its headers before it is
+        // read: a flood without a signature costs no body read.
+        let unsigned = Request::post("/v1/batches")
+            .header("content-type", "application/json")
+            .body(Body::from(huge.clone().into_bytes()))
+            .unwrap();
+        let (s, body, _) = send(&st, unsigned).await;
+        assert_eq!(
+            (s, body["code"].as_str()),
+            (StatusCode::UNAUTHORIZED, Some("bad_signature"))
+        );
         let (s, body, _) = send(&st, signed(huge.into_bytes())).await;
         assert_eq!(
             (s, body["code"].as_str()),

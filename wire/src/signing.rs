@@ -150,6 +150,35 @@ pub fn verify<'k>(
     req: &Request,
     now_ms: u64,
 ) -> Result<&'k str, SignatureError> {
+    check_presented(keys, presented, now_ms)?.verify(req)
+}
+
+/// The presented headers, checked for everything but the MAC itself: a
+/// known key, a timestamp inside the window, a well-formed signature.
+/// Checking them before the body is read means a request that cannot be
+/// genuine costs no body read.
+pub struct Checked<'k> {
+    key: &'k Key,
+    timestamp_ms: u64,
+    given: Vec<u8>,
+}
+
+impl<'k> Checked<'k> {
+    /// Checks the MAC over `req` (constant-time), returning the key id.
+    pub fn verify(self, req: &Request) -> Result<&'k str, SignatureError> {
+        mac(self.key, self.timestamp_ms, req)
+            .verify_slice(&self.given)
+            .map(|()| self.key.kid.as_str())
+            .map_err(|_| SignatureError::Mismatch)
+    }
+}
+
+/// The first half of `verify`: the headers alone.
+pub fn check_presented<'k>(
+    keys: &'k KeySet,
+    presented: &Presented,
+    now_ms: u64,
+) -> Result<Checked<'k>, SignatureError> {
     let (Some(kid), Some(timestamp), Some(signature)) =
         (presented.kid, presented.timestamp, presented.signature)
     else {
@@ -169,10 +198,11 @@ pub fn verify<'k>(
         .and_then(|h| hex::decode(h).ok())
         .filter(|b| b.len() == 32)
         .ok_or(SignatureError::Malformed)?;
-    mac(key, ts, req)
-        .verify_slice(&given)
-        .map(|()| key.kid.as_str())
-        .map_err(|_| SignatureError::Mismatch)
+    Ok(Checked {
+        key,
+        timestamp_ms: ts,
+        given,
+    })
 }
 
 #[cfg(test)]
