@@ -329,21 +329,27 @@ async fn send(forwarding: &Forwarding, batch: &Batch) -> Attempt {
     let controller = AbortController::default();
     let signal = controller.signal();
     let fetcher = Fetch::Request(req);
-    let fetch = fetcher.send_with_signal(&signal);
+    // The answer's body is inside the deadline too: an origin that sends
+    // its headers and then stalls must not hold the alarm (and the lease).
+    let exchange = async {
+        let mut resp = fetcher
+            .send_with_signal(&signal)
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = resp.status_code();
+        let body = resp.bytes().await.map_err(|e| e.to_string())?;
+        Ok::<_, String>((status, body))
+    };
     let timeout = Delay::from(Duration::from_millis(delivery::ORIGIN_TIMEOUT_MS));
-    let mut resp = match select(pin!(fetch), pin!(timeout)).await {
-        Either::Left((Ok(resp), _)) => resp,
-        Either::Left((Err(e), _)) => return Attempt::Network(e.to_string()),
+    let outcome = match select(pin!(exchange), pin!(timeout)).await {
+        Either::Left((Ok((status, body)), _)) => Attempt::Answered { status, body },
+        Either::Left((Err(e), _)) => Attempt::Network(e),
         Either::Right(_) => {
             controller.abort();
-            return Attempt::Timeout;
+            Attempt::Timeout
         }
     };
-    let status = resp.status_code();
-    match resp.bytes().await {
-        Ok(body) => Attempt::Answered { status, body },
-        Err(e) => Attempt::Network(e.to_string()),
-    }
+    outcome
 }
 
 #[wasm_bindgen(inline_js = "

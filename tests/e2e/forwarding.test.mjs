@@ -136,6 +136,29 @@ test("a batch committed but answered with an error is delivered again without du
   }
 });
 
+test("an origin that sends its headers and then stalls: the delivery times out and goes again, once", async () => {
+  const origin = await startOrigin();
+  // The first batch is applied by the origin, but its answer stops half way.
+  const proxy = await startAnswerLosingProxy(origin.url, { lose: 1, stall: true });
+  const gate = await startGate({ originUrl: proxy.url });
+  try {
+    const api = client(gate.url);
+    await api.put("stall", { stock_total: 100, per_buyer_max: 2, quantity_max: 2 });
+    const bought = await buy(api, "stall", 10, rng(SEED + 4));
+    // The delivery's deadline (10 s) covers the answer's body, then the
+    // batch goes again after a backoff.
+    const s = await drained(api, "stall", 45_000);
+    assert.equal(s.outbox.backlog, 0, why(`not drained past a stalled answer: ${JSON.stringify(s.outbox)}`));
+    assert.equal(proxy.lost(), 1);
+    assertExactlyOnce(await origin.orders("stall"), bought, "stall");
+    assert.equal((await origin.product("stall")).sold, s.sold);
+  } finally {
+    await gate.stop();
+    await proxy.stop();
+    await origin.stop();
+  }
+});
+
 test("a gate started with the origin unreachable drains on its own once it is up", async () => {
   const port = await freePort();
   const gate = await startGate({ originUrl: `http://127.0.0.1:${port}` });

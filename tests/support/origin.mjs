@@ -120,11 +120,12 @@ export function reconcile({ dataDir, gateUrl, adminToken = keys.ADMIN_TOKEN, pro
  * instead, as a connection dropped after the commit would. Only tests add
  * this fault; the origin binary has no fault switch.
  */
-export async function startAnswerLosingProxy(originUrl, { lose }) {
+export async function startAnswerLosingProxy(originUrl, { lose, stall = false }) {
   const port = await freePort();
   const target = new URL(originUrl);
   let left = lose;
   let lost = 0;
+  const stalled = [];
   const server = http.createServer((req, res) => {
     const chunks = [];
     req.on("data", (c) => chunks.push(c));
@@ -136,6 +137,16 @@ export async function startAnswerLosingProxy(originUrl, { lose }) {
           ures.on("data", (c) => body.push(c));
           ures.on("end", () => {
             const isBatch = req.method === "POST" && req.url === "/v1/batches";
+            if (isBatch && ures.statusCode === 200 && left > 0 && stall) {
+              // The origin's headers and half its body, then nothing.
+              left--;
+              lost++;
+              const whole = Buffer.concat(body);
+              res.writeHead(ures.statusCode, { ...ures.headers, "content-length": String(whole.length) });
+              res.write(whole.subarray(0, whole.length >> 1));
+              stalled.push(res);
+              return;
+            }
             if (isBatch && ures.statusCode === 200 && left > 0) {
               left--;
               lost++;
@@ -159,6 +170,9 @@ export async function startAnswerLosingProxy(originUrl, { lose }) {
   return {
     url: `http://127.0.0.1:${port}`,
     lost: () => lost,
-    stop: () => new Promise((ok) => server.close(ok)),
+    stop: () => {
+      for (const res of stalled) res.destroy();
+      return new Promise((ok) => server.close(ok));
+    },
   };
 }
