@@ -81,25 +81,27 @@ impl Problem {
     /// The product's object keeps no more sockets: the viewer polls the
     /// edge-cached product read instead.
     pub fn live_full(product_id: &str, sockets_max: u32, poll_ms: u64) -> Self {
-        Problem::new(
-            ProblemCode::LiveFull,
-            format!(
-                "this product has its {sockets_max} live viewers; poll GET /api/products/{product_id} instead"
-            ),
+        Problem::live_full_because(
+            product_id,
+            format!("this product has its {sockets_max} live viewers"),
+            poll_ms,
         )
-        .with("poll", format!("/api/products/{product_id}"))
-        .with("poll_interval_ms", poll_ms)
-        .retry_after_ms(poll_ms.max(30_000))
     }
 
     /// One client has its share of a product's live sockets: the same
     /// answer as a full product, so a page polls instead.
     pub fn live_full_for_client(product_id: &str, per_client_max: usize, poll_ms: u64) -> Self {
+        Problem::live_full_because(
+            product_id,
+            format!("this client has {per_client_max} live sockets on this product"),
+            poll_ms,
+        )
+    }
+
+    fn live_full_because(product_id: &str, why: String, poll_ms: u64) -> Self {
         Problem::new(
             ProblemCode::LiveFull,
-            format!(
-                "this client has {per_client_max} live sockets on this product; poll GET /api/products/{product_id} instead"
-            ),
+            format!("{why}; poll GET /api/products/{product_id} instead"),
         )
         .with("poll", format!("/api/products/{product_id}"))
         .with("poll_interval_ms", poll_ms)
