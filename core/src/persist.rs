@@ -158,13 +158,58 @@ pub struct Restorer {
     outbox: Vec<crate::outbox::OutboxEntry>,
     /// Build an archived gate: paid records stay in storage.
     archive: bool,
-    /// `id -> (order seq, void seq)` of the paid records left in storage
-    /// whose order or void may still be in the outbox, for the links the
-    /// outbox is checked against.
-    links: hashbrown::HashMap<ReservationId, (u64, Option<u64>)>,
+    /// The paid records left in storage whose order or void may still be
+    /// in the outbox, for the links the outbox is checked against.
+    links: hashbrown::HashMap<ReservationId, Link>,
     /// The buyer whose paid rows are being read (archived, no slot), with
     /// the units they hold so far. `Some` once the paid rows began.
     away: Option<(String, u32)>,
+}
+
+/// What an outbox entry about a paid record must agree with: the
+/// sequence numbers the record names, and the facts the entry repeats. An
+/// entry that names the right record but carries another buyer, quantity,
+/// payment or time would forward something the gate never decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Link {
+    order_seq: u64,
+    void_seq: Option<u64>,
+    buyer: Box<str>,
+    quantity: u32,
+    payment_ref: Box<str>,
+    confirmed_at_ms: u64,
+    voided_at_ms: Option<u64>,
+}
+
+impl Link {
+    /// Whether `event`, at `seq`, is this record's order or void.
+    fn agrees(&self, seq: u64, event: &OutboxEvent) -> bool {
+        match event {
+            OutboxEvent::Stock { .. } => false,
+            OutboxEvent::Order {
+                buyer,
+                quantity,
+                payment_ref,
+                confirmed_at_ms,
+                ..
+            } => {
+                self.order_seq == seq
+                    && self.buyer == *buyer
+                    && self.quantity == *quantity
+                    && self.payment_ref == *payment_ref
+                    && self.confirmed_at_ms == *confirmed_at_ms
+            }
+            OutboxEvent::Void {
+                quantity,
+                voided_at_ms,
+                ..
+            } => {
+                self.void_seq == Some(seq)
+                    && self.quantity == *quantity
+                    && self.voided_at_ms == Some(*voided_at_ms)
+            }
+        }
+    }
 }
 
 impl Restorer {
@@ -330,7 +375,18 @@ impl Restorer {
             let acked = gate.outbox.acked_seq;
             let void_seq = p.void.map(|v| v.outbox_seq);
             if p.outbox_seq > acked || void_seq.is_some_and(|s| s > acked) {
-                self.links.insert(id, (p.outbox_seq, void_seq));
+                self.links.insert(
+                    id,
+                    Link {
+                        order_seq: p.outbox_seq,
+                        void_seq,
+                        buyer: row.buyer.as_str().into(),
+                        quantity: row.quantity,
+                        payment_ref: p.payment_ref.clone(),
+                        confirmed_at_ms: p.confirmed_at_ms,
+                        voided_at_ms: p.void.map(|v| v.voided_at_ms),
+                    },
+                );
             }
             gate.paid_buyers.insert(&row.buyer);
             match known {
@@ -395,21 +451,14 @@ impl Restorer {
                 });
             }
             // Each order and void names its reservation, which must name it
-            // back by the same sequence number.
-            let links = &self.links;
-            let seqs = |id: &ReservationId| {
-                gate.store
-                    .paid(*id)
-                    .map(|p| (p.outbox_seq, p.void.map(|v| v.outbox_seq)))
-                    .or_else(|| links.get(id).copied())
-            };
+            // back by the same sequence number and agree with what it says.
             let linked = match &entry.event {
                 OutboxEvent::Stock { stock_total, .. } => *stock_total <= limits::STOCK_UNITS_MAX,
-                OutboxEvent::Order { reservation_id, .. } => {
-                    seqs(reservation_id).is_some_and(|(order, _)| order == entry.seq)
-                }
-                OutboxEvent::Void { reservation_id, .. } => {
-                    seqs(reservation_id).is_some_and(|(_, void)| void == Some(entry.seq))
+                OutboxEvent::Order { reservation_id, .. }
+                | OutboxEvent::Void { reservation_id, .. } => {
+                    let link = resident_link(&gate, *reservation_id)
+                        .or_else(|| self.links.get(reservation_id).cloned());
+                    link.is_some_and(|l| l.agrees(entry.seq, &entry.event))
                 }
             };
             if !linked {
@@ -429,7 +478,11 @@ impl Restorer {
             Some((id, (p.outbox_seq, p.void.map(|v| v.outbox_seq))))
         });
         let paid: Vec<_> = resident
-            .chain(self.links.iter().map(|(&id, &seqs)| (id, seqs)))
+            .chain(
+                self.links
+                    .iter()
+                    .map(|(&id, l)| (id, (l.order_seq, l.void_seq))),
+            )
             .collect();
         for (id, (order_seq, void_seq)) in paid {
             let mut links = vec![(order_seq, "confirmed reservation without its outbox entry")];
@@ -449,6 +502,21 @@ impl Restorer {
         gate.assert_stock();
         Ok(gate)
     }
+}
+
+/// The link of a paid record the gate keeps in memory.
+fn resident_link(gate: &Gate, id: ReservationId) -> Option<Link> {
+    let r = gate.store.get(id)?;
+    let p = gate.store.paid(id)?;
+    Some(Link {
+        order_seq: p.outbox_seq,
+        void_seq: p.void.map(|v| v.outbox_seq),
+        buyer: gate.buyers.id(r.buyer).into(),
+        quantity: r.quantity,
+        payment_ref: p.payment_ref.clone(),
+        confirmed_at_ms: p.confirmed_at_ms,
+        voided_at_ms: p.void.map(|v| v.voided_at_ms),
+    })
 }
 
 fn check_admission(a: &crate::admission::Admission) -> Result<(), RestoreError> {
