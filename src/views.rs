@@ -289,7 +289,7 @@ pub fn stats(product_id: &str, s: &Stats, admit_per_s: u32, delivery: &ShellStat
             admitted: s.queue_admitted,
             waiting: s.queue_reported.saturating_sub(s.queue_admitted),
             advancing: s.queue_advancing,
-            rejoins_uncounted: s.queue_rejoins_uncounted,
+            rejoins_uncounted: s.counters.rejoins_uncounted,
         },
         snapshots: delivery.snapshots,
         work: flashgate_wire::stats::WorkStats {

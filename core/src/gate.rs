@@ -1264,7 +1264,6 @@ impl Gate {
                 .admitted_milli(now_ms, self.admission_rules())
                 / 1000,
             queue_advancing: self.admission.advancing,
-            queue_rejoins_uncounted: self.counters.rejoins_uncounted,
             counters: self.counters.clone(),
         }
     }

@@ -92,7 +92,6 @@ pub struct Stats {
     pub queue_reported: u64,
     pub queue_admitted: u64,
     pub queue_advancing: bool,
-    pub queue_rejoins_uncounted: u64,
     pub counters: Counters,
 }
 

@@ -341,6 +341,9 @@ async fn send(forwarding: &Forwarding, batch: &Batch) -> Attempt {
         Ok::<_, String>((status, body))
     };
     let timeout = Delay::from(Duration::from_millis(delivery::ORIGIN_TIMEOUT_MS));
+    // Bound to a name, not returned from the `match`: the select's result
+    // holds the unfinished future, which borrows `fetcher` and `signal`, and
+    // a tail expression's temporaries would outlive them.
     let outcome = match select(pin!(exchange), pin!(timeout)).await {
         Either::Left((Ok((status, body)), _)) => Attempt::Answered { status, body },
         Either::Left((Err(e), _)) => Attempt::Network(e),
