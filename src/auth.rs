@@ -8,8 +8,12 @@
 //!
 //! Pure, like the rest of the edge's decisions.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use flashgate_wire::keys::KeySet;
 use flashgate_wire::signing::{self, Presented, Purpose};
-use flashgate_wire::token::{self, Claims, TokenError};
+use flashgate_wire::token::{self, Claims, Signed, TokenError};
 
 use crate::codes::ProblemCode;
 use crate::problem::Problem;
@@ -19,6 +23,59 @@ use crate::settings::Settings;
 pub const BUYER_COOKIE: &str = "fg_buyer";
 /// How long a dev session's token lasts.
 pub const SESSION_TTL_S: u64 = 60 * 60;
+/// Buyer tokens whose signature the isolate remembers having checked
+/// (`signed_by`): a bound on a cache whose keys come from requests; at the
+/// bound it starts afresh.
+pub const TOKENS_REMEMBERED_MAX: usize = 2048;
+
+/// A token remembered as signed, with the secret that proved it.
+struct Remembered {
+    secret: Vec<u8>,
+    signed: Signed,
+}
+
+thread_local! {
+    // Token text -> what its signature proved. An isolate is
+    // single-threaded, and no borrow outlives a call.
+    static REMEMBERED: RefCell<HashMap<String, Remembered>> = RefCell::new(HashMap::new());
+}
+
+/// `token::verify_signature`, remembered per token. A buyer sends the same
+/// token with every request, and checking it (two base64 and JSON decodes
+/// and an HMAC) cost a reservation read about a thirtieth of its isolate
+/// time (`bench/profile.mjs objread`); a lookup costs a hash of the text.
+///
+/// Only a token whose signature verified is remembered, so a forged one
+/// pays the full check every time and changes nothing here. A remembered
+/// token is used only while the key that signed it is still in the set
+/// with the same secret, so a key removed or replaced stops its tokens at
+/// once. The clock's checks (`token::check_claims`) run at every use.
+fn signed_by(keys: &KeySet, text: &str) -> Result<Signed, TokenError> {
+    let hit = REMEMBERED.with_borrow(|remembered| {
+        let entry = remembered.get(text)?;
+        let key = keys.get(&entry.signed.kid)?;
+        (key.secret() == entry.secret.as_slice()).then(|| entry.signed.clone())
+    });
+    if let Some(signed) = hit {
+        return Ok(signed);
+    }
+    let signed = token::verify_signature(keys, text)?;
+    if let Some(key) = keys.get(&signed.kid) {
+        REMEMBERED.with_borrow_mut(|remembered| {
+            if remembered.len() >= TOKENS_REMEMBERED_MAX {
+                remembered.clear();
+            }
+            remembered.insert(
+                text.to_string(),
+                Remembered {
+                    secret: key.secret().to_vec(),
+                    signed: signed.clone(),
+                },
+            );
+        });
+    }
+    Ok(signed)
+}
 
 /// The credentials of an `Authorization: Bearer` header.
 pub fn bearer(authorization: Option<&str>) -> Option<&str> {
@@ -62,14 +119,10 @@ pub fn buyer(
         )
         .header("www-authenticate", r#"Bearer realm="flashgate""#));
     };
-    token::verify(
-        &settings.buyer_keys,
-        token,
-        &settings.audience,
-        now_ms / 1000,
-    )
-    .map(|claims| claims.sub)
-    .map_err(token_problem)
+    let signed = signed_by(&settings.buyer_keys, token).map_err(token_problem)?;
+    token::check_claims(&signed.claims, &settings.audience, now_ms / 1000)
+        .map_err(token_problem)?;
+    Ok(signed.claims.sub)
 }
 
 /// The viewer of a live socket: anyone may watch, so no credential is
@@ -165,6 +218,90 @@ mod tests {
         let h = Some("a=1; fg_buyer=tok; b=2");
         assert_eq!(cookie(h, BUYER_COOKIE), Some("tok"));
         assert_eq!(cookie(Some("xfg_buyer=1"), BUYER_COOKIE), None);
+    }
+
+    /// A remembered token is no easier to abuse than a checked one: it
+    /// still expires, still names its audience, stops with its key, and
+    /// remembering it lets no forgery through.
+    #[test]
+    fn a_remembered_token_is_checked_as_strictly_as_a_new_one() {
+        let s = settings();
+        let now = 1_800_000_000_000;
+        let session = session(&s, now, 11).unwrap();
+        let auth = format!("Bearer {}", session.token);
+        let code = |r: Result<String, Problem>| r.unwrap_err().code;
+        for _ in 0..2 {
+            assert_eq!(buyer(&s, Some(&auth), None, now).unwrap(), session.buyer_id);
+        }
+        assert!(REMEMBERED.with_borrow(|r| r.contains_key(&session.token)));
+
+        // The clock is read at each use.
+        let late = now + (SESSION_TTL_S + 60) * 1000;
+        assert_eq!(
+            code(buyer(&s, Some(&auth), None, late)),
+            ProblemCode::TokenExpired
+        );
+        assert_eq!(buyer(&s, Some(&auth), None, now).unwrap(), session.buyer_id);
+
+        // Another audience refuses it.
+        let mut other_audience = settings();
+        other_audience.audience = "another-shop".into();
+        assert_eq!(
+            code(buyer(&other_audience, Some(&auth), None, now)),
+            ProblemCode::TokenInvalid
+        );
+
+        // A set where its key id holds another secret, or that lacks it.
+        let kid = s.buyer_keys.kids().next().unwrap().to_string();
+        for keys in [
+            format!("{kid}:another-secret-of-at-least-thirty-two-bytes"),
+            "k-other:another-secret-of-at-least-thirty-two-bytes".to_string(),
+        ] {
+            let mut rotated = settings();
+            rotated.buyer_keys = KeySet::parse(&keys).unwrap();
+            assert_eq!(
+                code(buyer(&rotated, Some(&auth), None, now)),
+                ProblemCode::TokenInvalid,
+                "{keys}"
+            );
+        }
+
+        // Every forgery of the remembered token is refused, and none is
+        // remembered: one changed character in each part, and the parts
+        // of another buyer's token spliced in.
+        let other = super::session(&s, now, 12).unwrap();
+        let mut forged: Vec<String> = (0..session.token.len())
+            .step_by(7)
+            .map(|i| {
+                let mut bytes = session.token.clone().into_bytes();
+                bytes[i] = if bytes[i] == b'A' { b'B' } else { b'A' };
+                String::from_utf8(bytes).unwrap()
+            })
+            .filter(|t| *t != session.token)
+            .collect();
+        let (mine, theirs) = (
+            session.token.split('.').collect::<Vec<_>>(),
+            other.token.split('.').collect::<Vec<_>>(),
+        );
+        forged.push(format!("{}.{}.{}", mine[0], theirs[1], mine[2]));
+        forged.push(format!("{}.{}.{}", theirs[0], mine[1], theirs[2]));
+        for f in &forged {
+            let got = buyer(&s, Some(&format!("Bearer {f}")), None, now);
+            assert!(got.is_err(), "a forgery passed: {f}");
+            assert!(!REMEMBERED.with_borrow(|r| r.contains_key(f)), "{f}");
+        }
+    }
+
+    #[test]
+    fn remembered_tokens_are_bounded() {
+        let s = settings();
+        let now = 1_800_000_000_000;
+        for i in 0..(TOKENS_REMEMBERED_MAX as u64 * 2 + 5) {
+            let session = session(&s, now, 1_000 + i).unwrap();
+            let auth = format!("Bearer {}", session.token);
+            assert_eq!(buyer(&s, Some(&auth), None, now).unwrap(), session.buyer_id);
+            assert!(REMEMBERED.with_borrow(|r| r.len()) <= TOKENS_REMEMBERED_MAX);
+        }
     }
 
     #[test]

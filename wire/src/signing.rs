@@ -18,7 +18,6 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 use crate::keys::{Key, KeySet};
-use crate::mac::hmac_sha256;
 
 /// A signature older or newer than this is refused, so a captured request
 /// cannot be replayed later.
@@ -113,7 +112,7 @@ pub struct Request<'a> {
 
 fn mac(key: &Key, timestamp_ms: u64, req: &Request) -> Hmac<Sha256> {
     let digest = hex::encode(Sha256::digest(req.body));
-    let mut mac = hmac_sha256(key.secret());
+    let mut mac = key.mac();
     for field in [
         "flashgate-v2",
         req.purpose.as_str(),

@@ -14,8 +14,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 use crate::bounds;
-use crate::keys::KeySet;
-use crate::mac::hmac_sha256;
+use crate::keys::{Key, KeySet};
 
 /// The longest token accepted, in bytes.
 pub const TOKEN_BYTES_MAX: usize = 2048;
@@ -86,8 +85,8 @@ impl TokenError {
     }
 }
 
-fn mac(secret: &[u8], signing_input: &str) -> Hmac<Sha256> {
-    let mut mac = hmac_sha256(secret);
+fn mac(key: &Key, signing_input: &str) -> Hmac<Sha256> {
+    let mut mac = key.mac();
     mac.update(signing_input.as_bytes());
     mac
 }
@@ -106,7 +105,7 @@ pub fn mint(keys: &KeySet, claims: &Claims, now_ms: u64) -> String {
         kid: key.kid.clone(),
     };
     let input = format!("{}.{}", encode_json(&header), encode_json(claims));
-    let sig = URL_SAFE_NO_PAD.encode(mac(key.secret(), &input).finalize().into_bytes());
+    let sig = URL_SAFE_NO_PAD.encode(mac(key, &input).finalize().into_bytes());
     format!("{input}.{sig}")
 }
 
@@ -126,6 +125,24 @@ pub fn verify(
     audience: &str,
     now_s: u64,
 ) -> Result<Claims, TokenError> {
+    let signed = verify_signature(keys, token)?;
+    check_claims(&signed.claims, audience, now_s)?;
+    Ok(signed.claims)
+}
+
+/// A token whose signature one key of a set proved, and its claims: what
+/// the clock cannot change, so a verifier may remember it for a token it
+/// meets again (`check_claims` is still due at each use).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signed {
+    /// The key that signed it.
+    pub kid: String,
+    pub claims: Claims,
+}
+
+/// The first half of `verify`: the token's form, its algorithm and its
+/// signature, checked in constant time before any claim is read.
+pub fn verify_signature(keys: &KeySet, token: &str) -> Result<Signed, TokenError> {
     if token.len() > TOKEN_BYTES_MAX {
         return Err(TokenError::Malformed);
     }
@@ -144,10 +161,19 @@ pub fn verify(
         .decode(s)
         .map_err(|_| TokenError::Malformed)?;
     let input = &token[..h.len() + 1 + c.len()];
-    mac(key.secret(), input)
+    mac(key, input)
         .verify_slice(&sig)
         .map_err(|_| TokenError::Signature)?;
     let claims: Claims = decode_json(c)?;
+    Ok(Signed {
+        kid: header.kid,
+        claims,
+    })
+}
+
+/// The second half of `verify`: whether signed claims hold for `audience`
+/// at `now_s`.
+pub fn check_claims(claims: &Claims, audience: &str, now_s: u64) -> Result<(), TokenError> {
     if claims.aud != audience {
         return Err(TokenError::Audience);
     }
@@ -164,7 +190,7 @@ pub fn verify(
     if !bounds::valid_buyer_id(&claims.sub) {
         return Err(TokenError::Subject);
     }
-    Ok(claims)
+    Ok(())
 }
 
 #[cfg(test)]
