@@ -50,7 +50,8 @@ impl Rng {
 /// Storage as a map of rows, as SQLite holds them, that can be told to fail
 /// a write a few writes from now, its next commit, or its next load. A
 /// failed write applies nothing, and a transaction that fails rolls back
-/// every write inside it.
+/// every write inside it. Until the product is created there are no
+/// tables, and reads fail as SQLite's would.
 #[derive(Default)]
 struct MemStorage {
     product_id: Option<String>,
@@ -70,6 +71,13 @@ struct MemStorage {
 
 impl MemStorage {
     fn read(&mut self) -> Result<(), StorageError> {
+        // As in SQLite, where the tables are made when the product is
+        // (`sql::create`): a read before then fails. A map that answered
+        // "nothing" here hid a batch that read before it wrote its
+        // creation (tests/sql_storage.rs has that case).
+        if self.product_id.is_none() {
+            return Err(StorageError("no such table: reservations".into()));
+        }
         if self.fail_reads > 0 {
             self.fail_reads -= 1;
             return Err(StorageError("injected read failure".into()));
@@ -159,6 +167,9 @@ impl Storage for MemStorage {
     }
 
     fn all_paid(&mut self) -> Result<Vec<ReservationRow>, StorageError> {
+        if self.product_id.is_none() {
+            return Err(StorageError("no such table: reservations".into()));
+        }
         Ok(Archive::all_paid(&self.rows))
     }
 
