@@ -37,6 +37,11 @@ pub const BODY_BYTES_MAX: usize = 1024 * 1024;
 pub const ORDERS_PAGE_MAX: i64 = 1000;
 /// Reads served at once; more are shed with 503 and `Retry-After`.
 pub const READS_IN_FLIGHT_MAX: usize = 16;
+/// Batches taken at once (from their signed headers to their answer); more
+/// are shed with 503 and `Retry-After`, which the gate's outbox retries.
+/// Each may hold a body of up to `BODY_BYTES_MAX`, so this bounds what
+/// batches in flight hold in memory to 32 MiB.
+pub const BATCHES_IN_FLIGHT_MAX: usize = 32;
 /// The longest a request may take, end to end.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// The longest a request body may take to arrive.
@@ -69,6 +74,8 @@ pub struct AppState {
     pub settings: Settings,
     /// Where the read routes run: below ingest's priority (`reads`).
     pub reads: ReadRuntime,
+    /// `BATCHES_IN_FLIGHT_MAX` permits, one per batch being taken.
+    pub batch_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl AppState {
@@ -78,6 +85,7 @@ impl AppState {
             metrics: Metrics::default(),
             settings,
             reads: ReadRuntime::start()?,
+            batch_slots: Arc::new(tokio::sync::Semaphore::new(BATCHES_IN_FLIGHT_MAX)),
         }))
     }
 }
@@ -244,6 +252,18 @@ async fn ingest(
     // The headers first: an unsigned flood costs no body read.
     let checked = auth::forwarded_headers(&state.settings.forward_keys, &headers, now_ms())
         .map_err(refused)?;
+    // Then a slot, held until the answer: a signed header proves nothing
+    // until the body's MAC is checked, so without a bound, requests that
+    // present a known key id and a fresh time could each hold a body in
+    // memory. Past the bound the batch is shed before its body is read.
+    let Ok(_slot) = state.batch_slots.clone().try_acquire_owned() else {
+        state.metrics.batches_shed.inc();
+        return Err(AppError::new(
+            OriginCode::Overloaded,
+            format!("at most {BATCHES_IN_FLIGHT_MAX} batches are taken at once; retry shortly"),
+        )
+        .retry_after(1));
+    };
     let body =
         body_of(<Bytes as axum::extract::FromRequest<()>>::from_request(request, &()).await)?;
     let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());

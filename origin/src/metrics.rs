@@ -17,6 +17,7 @@ pub struct Metrics {
     pub demo_payments: Counter,
     pub batches: Counter,
     pub batches_failed: Counter,
+    pub batches_shed: Counter,
     pub unauthorized: Counter,
     pub batch_seconds: Histogram,
 }
@@ -32,6 +33,7 @@ impl Default for Metrics {
         let demo_payments = Counter::default();
         let batches = Counter::default();
         let batches_failed = Counter::default();
+        let batches_shed = Counter::default();
         let unauthorized = Counter::default();
         // 1 ms to about 16 s.
         let batch_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 15));
@@ -72,6 +74,11 @@ impl Default for Metrics {
             batches_failed.clone(),
         );
         registry.register(
+            "batches_shed",
+            "Batches refused with 503 because BATCHES_IN_FLIGHT_MAX were being taken",
+            batches_shed.clone(),
+        );
+        registry.register(
             "unauthorized",
             "Requests refused for a missing or bad credential",
             unauthorized.clone(),
@@ -91,6 +98,7 @@ impl Default for Metrics {
             demo_payments,
             batches,
             batches_failed,
+            batches_shed,
             unauthorized,
             batch_seconds,
         }

@@ -324,7 +324,7 @@ on_both!(
         assert_eq!(statuses(&body), ["duplicate"]);
         // A void gives the units back, once.
         let (_, body, _) = send(&st, signed(batch("v", vec![void("v", 300, 1, 2)]))).await;
-        assert_eq!(statuses(&body), ["applied"]);
+        assert_eq!(statuses(&body), ["applied", "applied"]);
         let (_, body, _) = send(&st, signed(batch("v", vec![void("v", 300, 1, 2)]))).await;
         assert_eq!(statuses(&body), ["duplicate"]);
         let (_, p) = get(&st, "/v1/products/v").await;
@@ -727,6 +727,82 @@ on_both!(
         full.extend((0..499).map(|n| order("p1", n, 1)));
         let (s, _, _) = send(&st, signed(batch("p1", full))).await;
         assert_eq!(s, StatusCode::OK);
+    }
+);
+
+on_both!(
+    batches_in_flight_are_bounded_before_their_bodies_are_read,
+    |db: Db| async move {
+        let st = state(&db);
+        let real = batch("slots", vec![stock(1, 10), order("slots", 1, 1)]);
+        // Requests that present the gate's key id and a fresh signature
+        // over a body they never finish sending: anyone who knows a key id
+        // can send such headers, so they may not hold memory without bound.
+        let mut held = Vec::new();
+        for _ in 0..app::BATCHES_IN_FLIGHT_MAX {
+            let (mut tx, body) =
+                http_body_util::channel::Channel::<axum::body::Bytes, std::io::Error>::new(1);
+            tx.send_data(axum::body::Bytes::from_static(b"{\"product_id\""))
+                .await
+                .unwrap();
+            let (parts, _) = signed(real.clone()).into_parts();
+            let req = Request::from_parts(parts, Body::new(body));
+            let router = app::router(st.clone());
+            held.push((tx, tokio::spawn(router.oneshot(req))));
+        }
+        let wait_for = |free: usize| {
+            let st = st.clone();
+            async move {
+                for _ in 0..2_000 {
+                    if st.batch_slots.available_permits() == free {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                panic!(
+                    "{} batch slots free, waited for {free}",
+                    st.batch_slots.available_permits()
+                );
+            }
+        };
+        wait_for(0).await;
+
+        // A real batch is shed, before its body is read, with a time to
+        // retry; nothing of it is stored.
+        let resp = app::router(st.clone())
+            .oneshot(signed(real.clone()))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers()["retry-after"], "1");
+        let body: Value =
+            serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+        assert_eq!(body["code"], "overloaded", "{body}");
+        let (_, all) = get(&st, "/v1/orders").await;
+        assert_eq!(all["orders"].as_array().unwrap().len(), 0, "nothing stored");
+        // Unsigned requests are still refused for their headers.
+        let unsigned = Request::post("/v1/batches")
+            .header("content-type", "application/json")
+            .body(Body::from(real.clone()))
+            .unwrap();
+        assert_eq!(send(&st, unsigned).await.0, StatusCode::UNAUTHORIZED);
+
+        // The held bodies end short of what was signed: each is refused,
+        // and its slot comes back.
+        for (tx, task) in held {
+            drop(tx);
+            let resp = task.await.unwrap().unwrap();
+            assert!(resp.status().is_client_error(), "{}", resp.status());
+        }
+        wait_for(app::BATCHES_IN_FLIGHT_MAX).await;
+        let (s, body, _) = send(&st, signed(real)).await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+        assert_eq!(statuses(&body), ["applied", "applied"]);
+        let metrics = get_text(&st, "/metrics").await;
+        assert!(
+            metrics.contains("flashgate_origin_batches_shed_total 1"),
+            "{metrics}"
+        );
     }
 );
 
