@@ -249,13 +249,20 @@ async fn ingest(
         );
         AppError::new(OriginCode::BadSignature, e.describe())
     };
-    // The headers first: an unsigned flood costs no body read.
-    let checked = auth::forwarded_headers(&state.settings.forward_keys, &headers, now_ms())
-        .map_err(refused)?;
-    // Then a slot, held until the answer: a signed header proves nothing
-    // until the body's MAC is checked, so without a bound, requests that
-    // present a known key id and a fresh time could each hold a body in
-    // memory. Past the bound the batch is shed before its body is read.
+    // The signature first, from the headers alone: a request that is not
+    // from a forwarding key's holder costs no body read and takes no slot.
+    let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
+    let head = auth::forwarded_headers(
+        &state.settings.forward_keys,
+        &headers,
+        Method::POST.as_str(),
+        path,
+        now_ms(),
+    )
+    .map_err(refused)?;
+    // Then a slot, held until the answer, so that the batches in flight
+    // hold a bounded memory. Past the bound the batch is shed before its
+    // body is read, and the gate retries it.
     let Ok(_slot) = state.batch_slots.clone().try_acquire_owned() else {
         state.metrics.batches_shed.inc();
         return Err(AppError::new(
@@ -266,8 +273,7 @@ async fn ingest(
     };
     let body =
         body_of(<Bytes as axum::extract::FromRequest<()>>::from_request(request, &()).await)?;
-    let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
-    auth::forwarded_body(checked, Method::POST.as_str(), path, &body).map_err(refused)?;
+    auth::forwarded_body(&head, &body).map_err(refused)?;
     let batch: Batch = parse_json(&body)?;
     batch.validate().map_err(|e| {
         let code = match e {

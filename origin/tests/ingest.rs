@@ -735,9 +735,32 @@ on_both!(
     |db: Db| async move {
         let st = state(&db);
         let real = batch("slots", vec![stock(1, 10), order("slots", 1, 1)]);
-        // Requests that present the gate's key id and a fresh signature
-        // over a body they never finish sending: anyone who knows a key id
-        // can send such headers, so they may not hold memory without bound.
+        // Anyone may send the gate's key id, a fresh time, the body's
+        // digest and a made-up signature, then trickle the body: each is
+        // refused from its headers at once, and takes no slot.
+        for _ in 0..app::BATCHES_IN_FLIGHT_MAX * 2 {
+            let (mut tx, body) =
+                http_body_util::channel::Channel::<axum::body::Bytes, std::io::Error>::new(1);
+            tx.send_data(axum::body::Bytes::from_static(b"{"))
+                .await
+                .unwrap();
+            let (mut parts, _) = signed(real.clone()).into_parts();
+            parts.headers.insert(
+                signing::SIGNATURE_HEADER,
+                format!("v2={}", "ab".repeat(32)).parse().unwrap(),
+            );
+            let req = Request::from_parts(parts, Body::new(body));
+            let resp = app::router(st.clone()).oneshot(req).await.unwrap();
+            assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+            assert_eq!(
+                st.batch_slots.available_permits(),
+                app::BATCHES_IN_FLIGHT_MAX
+            );
+            drop(tx);
+        }
+        // A holder of the key (the gate) can still hold a slot with a body
+        // it never finishes, for at most the body's deadline, so the slots
+        // bound the memory that batches in flight hold.
         let mut held = Vec::new();
         for _ in 0..app::BATCHES_IN_FLIGHT_MAX {
             let (mut tx, body) =

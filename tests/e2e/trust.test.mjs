@@ -75,6 +75,7 @@ test("at least 25 attacks are refused, and change nothing at the gate or the ori
     });
     const forgedCommand = JSON.stringify({ op: "restock", product_id: P, units: 1000 });
     const signBatch = (opts) => keys.signHeaders({ method: "POST", path: "/v1/batches", body: batchBody, ...opts });
+    const withoutDigest = ({ "x-flashgate-content-sha256": _, ...rest }) => rest;
 
     const attacks = [
       // Buyer tokens, on a reserve.
@@ -124,6 +125,9 @@ test("at least 25 attacks are refused, and change nothing at the gate or the ori
       ["a gate batch re-signed with the payment key", batchWith(signBatch({ keys: keys.PAYMENT_KEYS, purpose: "payment" })), 401, "bad_signature"],
       ["a gate batch signed for another path", batchWith(keys.signHeaders({ keys: keys.FORWARD_KEYS, purpose: "forward", method: "POST", path: "/v1/other", body: batchBody })), 401, "bad_signature"],
       ["a stale gate batch", batchWith(signBatch({ keys: keys.FORWARD_KEYS, purpose: "forward", nowMs: Date.now() - 10 * 60_000 })), 401, "bad_signature"],
+      ["a gate batch without its digest header", batchWith(withoutDigest(signBatch({ keys: keys.FORWARD_KEYS, purpose: "forward" }))), 401, "bad_signature"],
+      ["a gate batch whose digest header names another body", batchWith({ ...signBatch({ keys: keys.FORWARD_KEYS, purpose: "forward" }), "x-flashgate-content-sha256": "ab".repeat(32) }), 401, "bad_signature"],
+      ["a gate batch signed for another body, with that body's digest", batchWith(keys.signHeaders({ keys: keys.FORWARD_KEYS, purpose: "forward", method: "POST", path: "/v1/batches", body: batchBody.replace("1000000", "2000000") })), 401, "bad_signature"],
       ["a demo payment with no buyer token", { url: `${origin.url}/v1/demo/payments`, init: { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ product_id: P, reservation_id: ridA }) } }, 401, "unauthorized"],
       ["a demo payment of another buyer's hold", { url: `${origin.url}/v1/demo/payments`, init: { method: "POST", headers: { "content-type": "application/json", ...bearer(keys.buyerToken("bob")) }, body: JSON.stringify({ product_id: P, reservation_id: ridA }) } }, 404, "unknown_reservation"],
     ];

@@ -42,13 +42,16 @@ export function buyerToken(sub, { keys = BUYER_TOKEN_KEYS, header = {}, claims =
   return `${h}.${c}.${sig}`;
 }
 
-/** The signature headers of a request, as flashgate-v2 defines them. */
+/** The signature headers of a request, as flashgate-v2 defines them, and
+ * the body's digest. */
 export function signHeaders({ keys, purpose, method, path, body, nowMs = Date.now() }) {
   const { kid, secret } = firstKey(keys, nowMs);
   const digest = createHash("sha256").update(body ?? "").digest("hex");
   const canonical = ["flashgate-v2", purpose, kid, String(nowMs), method.toUpperCase(), path, digest].map((f) => `${f}\n`).join("");
   const sig = createHmac("sha256", secret).update(canonical).digest("hex");
-  return { "x-flashgate-key-id": kid, "x-flashgate-timestamp": String(nowMs), "x-flashgate-signature": `v2=${sig}` };
+  // The digest as signed, so that a receiver can check the signature
+  // before the body (the origin requires it of batches).
+  return { "x-flashgate-key-id": kid, "x-flashgate-timestamp": String(nowMs), "x-flashgate-signature": `v2=${sig}`, "x-flashgate-content-sha256": digest };
 }
 
 /** A waiting-room ticket as the gate signs it (src/ticket.rs), minted here

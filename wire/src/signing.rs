@@ -13,6 +13,13 @@
 //! `flashgate-v2`, purpose, kid, timestamp (epoch ms), METHOD, path, and the
 //! lowercase hex SHA-256 of the body. The signature is `v2=` and the hex
 //! HMAC-SHA256 of it under the key's secret.
+//!
+//! A signer also sends that digest as `x-flashgate-content-sha256`. Then a
+//! receiver can check the MAC, and so that the sender holds a key, from
+//! the headers alone (`Checked::verify_head`), before it reads or even
+//! waits for the body, and afterwards check the body against the digest
+//! (`Head::body`). The origin requires it of batches: only a key holder
+//! may take one of its slots. What is signed is the same either way.
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
@@ -25,6 +32,8 @@ pub const SIGNATURE_SKEW_MS_MAX: u64 = 5 * 60 * 1000;
 pub const KEY_ID_HEADER: &str = "x-flashgate-key-id";
 pub const TIMESTAMP_HEADER: &str = "x-flashgate-timestamp";
 pub const SIGNATURE_HEADER: &str = "x-flashgate-signature";
+/// The lowercase hex SHA-256 of the body, as signed.
+pub const DIGEST_HEADER: &str = "x-flashgate-content-sha256";
 
 /// What a signature is for. Part of what is signed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,21 +53,24 @@ impl Purpose {
     }
 }
 
-/// The three headers of a signed request.
+/// The headers of a signed request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Signed {
     pub kid: String,
     pub timestamp_ms: u64,
     pub signature: String,
+    /// The body's digest as signed (lowercase hex SHA-256).
+    pub digest: String,
 }
 
 impl Signed {
     /// `(header, value)` pairs to send.
-    pub fn headers(&self) -> [(&'static str, String); 3] {
+    pub fn headers(&self) -> [(&'static str, String); 4] {
         [
             (KEY_ID_HEADER, self.kid.clone()),
             (TIMESTAMP_HEADER, self.timestamp_ms.to_string()),
             (SIGNATURE_HEADER, self.signature.clone()),
+            (DIGEST_HEADER, self.digest.clone()),
         ]
     }
 }
@@ -80,6 +92,8 @@ pub enum SignatureError {
     Stale,
     Malformed,
     Mismatch,
+    /// `verify_head` without a well-formed digest header.
+    DigestMissing,
 }
 
 impl SignatureError {
@@ -96,6 +110,10 @@ impl SignatureError {
             ),
             SignatureError::Malformed => "the signature is not v2=<64 hex digits>".into(),
             SignatureError::Mismatch => "the signature does not match the request".into(),
+            SignatureError::DigestMissing => format!(
+                "the {DIGEST_HEADER} header (the lowercase hex SHA-256 of the body) is \
+                 missing or malformed"
+            ),
         }
     }
 }
@@ -110,17 +128,40 @@ pub struct Request<'a> {
     pub body: &'a [u8],
 }
 
+/// The lowercase hex SHA-256 of a body, as signed.
+pub fn digest(body: &[u8]) -> String {
+    hex::encode(Sha256::digest(body))
+}
+
 fn mac(key: &Key, timestamp_ms: u64, req: &Request) -> Hmac<Sha256> {
-    let digest = hex::encode(Sha256::digest(req.body));
+    mac_over(
+        key,
+        timestamp_ms,
+        req.purpose,
+        req.method,
+        req.path,
+        &digest(req.body),
+    )
+}
+
+/// The MAC of the canonical string, given the body's digest.
+fn mac_over(
+    key: &Key,
+    timestamp_ms: u64,
+    purpose: Purpose,
+    method: &str,
+    path: &str,
+    digest: &str,
+) -> Hmac<Sha256> {
     let mut mac = key.mac();
     for field in [
         "flashgate-v2",
-        req.purpose.as_str(),
+        purpose.as_str(),
         &key.kid,
         &timestamp_ms.to_string(),
-        &req.method.to_ascii_uppercase(),
-        req.path,
-        &digest,
+        &method.to_ascii_uppercase(),
+        path,
+        digest,
     ] {
         mac.update(field.as_bytes());
         mac.update(b"\n");
@@ -131,13 +172,13 @@ fn mac(key: &Key, timestamp_ms: u64, req: &Request) -> Hmac<Sha256> {
 /// Signs `req` at `now_ms` with the set's signing key.
 pub fn sign(keys: &KeySet, req: &Request, now_ms: u64) -> Signed {
     let key = keys.signing(now_ms);
+    let digest = digest(req.body);
+    let mac = mac_over(key, now_ms, req.purpose, req.method, req.path, &digest);
     Signed {
         kid: key.kid.clone(),
         timestamp_ms: now_ms,
-        signature: format!(
-            "v2={}",
-            hex::encode(mac(key, now_ms, req).finalize().into_bytes())
-        ),
+        signature: format!("v2={}", hex::encode(mac.finalize().into_bytes())),
+        digest,
     }
 }
 
@@ -169,6 +210,49 @@ impl<'k> Checked<'k> {
             .verify_slice(&self.given)
             .map(|()| self.key.kid.as_str())
             .map_err(|_| SignatureError::Mismatch)
+    }
+
+    /// Checks the MAC (constant-time) with the body's digest as the
+    /// sender's `DIGEST_HEADER` states it, before the body is read: it
+    /// proves the sender holds the key. `Head::body` then checks the body.
+    pub fn verify_head(
+        self,
+        purpose: Purpose,
+        method: &str,
+        path: &str,
+        digest: Option<&str>,
+    ) -> Result<Head<'k>, SignatureError> {
+        let digest = digest
+            .map(str::trim)
+            .filter(|d| d.len() == 64 && d.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+            .ok_or(SignatureError::DigestMissing)?;
+        mac_over(self.key, self.timestamp_ms, purpose, method, path, digest)
+            .verify_slice(&self.given)
+            .map_err(|_| SignatureError::Mismatch)?;
+        Ok(Head {
+            kid: self.key.kid.as_str(),
+            digest: digest.to_string(),
+        })
+    }
+}
+
+/// Headers whose MAC verified over a stated digest: a request from a key
+/// holder, whose body is yet to be checked.
+pub struct Head<'k> {
+    kid: &'k str,
+    digest: String,
+}
+
+impl<'k> Head<'k> {
+    /// Whether `body` is the one signed, returning the key id.
+    pub fn body(&self, body: &[u8]) -> Result<&'k str, SignatureError> {
+        // The digest is public (it was sent in the clear), so a plain
+        // comparison tells an attacker nothing.
+        if digest(body) == self.digest {
+            Ok(self.kid)
+        } else {
+            Err(SignatureError::Mismatch)
+        }
     }
 }
 
@@ -214,6 +298,87 @@ mod tests {
 
     const S1: &str = "k1:0123456789abcdef0123456789abcdef";
     const S2: &str = "k2:fedcba9876543210fedcba9876543210";
+
+    /// The check from the headers alone proves the key and binds the body
+    /// by its digest: a forged MAC, a missing or altered digest, or a body
+    /// other than the one signed is refused, and each at its own step.
+    #[test]
+    fn a_signature_checks_from_the_headers_then_the_body() {
+        let set = keys(S1);
+        let now = 1_000_000_000;
+        let body: &[u8] = b"{\"events\":[1]}";
+        let req = Request {
+            purpose: Purpose::Forward,
+            method: "POST",
+            path: "/v1/batches",
+            body,
+        };
+        let s = sign(&set, &req, now);
+        assert_eq!(s.digest, digest(body));
+        assert_eq!(s.headers()[3], (DIGEST_HEADER, s.digest.clone()));
+        let ts = s.timestamp_ms.to_string();
+        let head = |sig: &str, purpose: Purpose, path: &str, digest: Option<&str>| {
+            let presented = Presented {
+                kid: Some("k1"),
+                timestamp: Some(&ts),
+                signature: Some(sig),
+            };
+            check_presented(&set, &presented, now)
+                .and_then(|c| c.verify_head(purpose, "POST", path, digest))
+                .map(|h| (h.kid, h.digest))
+        };
+        let (real, forward, path) = (s.signature.as_str(), Purpose::Forward, "/v1/batches");
+        let ok = check_presented(
+            &set,
+            &Presented {
+                kid: Some("k1"),
+                timestamp: Some(&ts),
+                signature: Some(real),
+            },
+            now,
+        )
+        .and_then(|c| c.verify_head(forward, "POST", path, Some(&s.digest)))
+        .unwrap();
+        assert_eq!(ok.body(body), Ok("k1"));
+        assert_eq!(ok.body(b"{\"events\":[2]}"), Err(SignatureError::Mismatch));
+        assert_eq!(ok.body(b""), Err(SignatureError::Mismatch));
+        // A made-up MAC with a true digest: refused before any body.
+        let forged = format!("v2={}", "ab".repeat(32));
+        let refused = |r: Result<(&str, String), SignatureError>| r.err();
+        assert_eq!(
+            refused(head(&forged, forward, path, Some(&s.digest))),
+            Some(SignatureError::Mismatch)
+        );
+        // The digest of another body, or none, or not lowercase hex.
+        let other = digest(b"{}");
+        assert_eq!(
+            refused(head(real, forward, path, Some(&other))),
+            Some(SignatureError::Mismatch)
+        );
+        let upper = s.digest.to_ascii_uppercase();
+        for bad in [
+            None,
+            Some(""),
+            Some("AB"),
+            Some(&s.digest[..63]),
+            Some(&upper),
+        ] {
+            assert_eq!(
+                refused(head(real, forward, path, bad)),
+                Some(SignatureError::DigestMissing),
+                "{bad:?}"
+            );
+        }
+        // Another path or purpose.
+        assert_eq!(
+            refused(head(real, forward, "/v1/other", Some(&s.digest))),
+            Some(SignatureError::Mismatch)
+        );
+        assert_eq!(
+            refused(head(real, Purpose::Payment, path, Some(&s.digest))),
+            Some(SignatureError::Mismatch)
+        );
+    }
 
     #[test]
     fn a_signature_covers_every_part_of_the_request() {
