@@ -20,16 +20,13 @@
 //! taken back for this reason; ARCHITECTURE.md, "Where a request's time
 //! goes".)
 
+use crate::limits::CODECS_CACHED_MAX;
 use flashgate_wire::bounds::valid_reservation_id;
 use flashgate_wire::mac::hmac_sha256;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 const ROUNDS: u8 = 4;
-
-/// Codecs kept per isolate by `IdCodec::of`: a bound on a cache whose keys
-/// come from requests (product ids); at the bound it starts afresh.
-pub const CODECS_CACHED_MAX: usize = 1024;
 
 thread_local! {
     // Product id -> (the secret it was built under, its codec). An isolate
@@ -118,6 +115,47 @@ impl IdCodec {
         u64::from_str_radix(text, 16)
             .ok()
             .map(|n| self.unpermute(n))
+    }
+}
+
+/// The key tickets are signed with.
+#[derive(Clone)]
+pub struct TicketKey {
+    mac: Hmac<Sha256>,
+}
+
+impl TicketKey {
+    pub fn new(id_secret: &[u8]) -> TicketKey {
+        let mut derive = hmac_sha256(id_secret);
+        derive.update(b"flashgate waiting-room tickets\n");
+        TicketKey {
+            mac: hmac_sha256(&derive.finalize().into_bytes()),
+        }
+    }
+
+    pub(crate) fn tag(&self, parts: &[&[u8]]) -> [u8; 32] {
+        let mut mac = self.mac.clone();
+        for part in parts {
+            mac.update(&(part.len() as u64).to_be_bytes());
+            mac.update(part);
+        }
+        mac.finalize().into_bytes().into()
+    }
+
+    /// Whether `given` is the tag of `parts`, compared in constant time.
+    pub(crate) fn verify_tag(&self, parts: &[&[u8]], given: &[u8]) -> bool {
+        let mut mac = self.mac.clone();
+        for part in parts {
+            mac.update(&(part.len() as u64).to_be_bytes());
+            mac.update(part);
+        }
+        mac.verify_slice(given).is_ok()
+    }
+
+    /// The buyer's tiebreak in the product's queue.
+    pub fn tiebreak(&self, product_id: &str, buyer_id: &str) -> u32 {
+        let t = self.tag(&[b"tiebreak", product_id.as_bytes(), buyer_id.as_bytes()]);
+        u32::from_be_bytes([t[0], t[1], t[2], t[3]])
     }
 }
 

@@ -1,49 +1,31 @@
 //! flashgate: the Worker (the edge) and its `ProductGate` Durable Object.
 //!
-//! The Worker routes and validates every request (`api`), refuses bad input
-//! with a problem document, and forwards a validated `Command` to the
-//! product's Durable Object, one per product id. Everything that decides is
-//! a pure module, tested natively:
-//! - `api`: the route table, routing and validation;
-//! - `auth`, `settings`, `ids`: who may do what and how it is proven, the
-//!   gate's keys and switches, and the opaque reservation ids;
-//! - `codes`, `problem`, `reply`, `views`, `time`: what answers look like;
-//! - `service`: one command applied to the core, and its reply;
-//! - `object`: the Durable Object as a state machine over its storage;
-//! - `sql`: the object's SQLite schema and row mapping;
-//! - `delivery`: outbox batches and the classes of a failed delivery;
-//! - `catalog`: which products exist, for the listing at `/`;
-//! - `live`: the live updates an object pushes to its viewers' sockets,
-//!   and how they are coalesced;
-//! - `edge_cache`, `buyer_filter`, `ticket`, `rate_limit`: admission at
-//!   the edge: the product snapshots the edge answers from, the buyers
-//!   whose retries must reach the object, waiting-room tickets, and the
-//!   rate limits' policies and answers.
+//! The Worker routes and validates every request, refuses bad input with a
+//! problem document, and forwards a validated `Command` to the product's
+//! Durable Object, one per product id. Everything that decides is a pure
+//! module, tested natively:
+//! - `edge`: routing and validation, auth, rate limits, waiting-room
+//!   tickets, the snapshot cache and the pages;
+//! - `object`: the Durable Object as a state machine over its storage, its
+//!   SQL, group commit, delivery to the origin and live updates;
+//! - `protocol`: the contract between the two (commands, snapshots, the
+//!   buyer filter), which both import and which imports neither;
+//! - `http`: problem codes and documents, replies and views;
+//! - `ids`, `settings`, `limits`: the opaque reservation ids, the gate's
+//!   keys and switches, and the Worker's limits.
 //!
-//! `wasm/` holds the shell, compiled only for wasm32: it executes SQL, sets
-//! alarms and fetches, and decides nothing.
+//! `edge` and `object` never import each other (`tests/layout.rs`).
+//! `wasm/` holds the shell, compiled only for wasm32 and laid out as the
+//! pure modules are: it executes SQL, sets alarms and fetches, and decides
+//! nothing.
 
-pub mod api;
-pub mod auth;
-pub mod buyer_filter;
-pub mod catalog;
-pub mod codes;
-pub mod delivery;
-pub mod edge_cache;
-pub mod group_commit;
+pub mod edge;
+pub mod http;
 pub mod ids;
-pub mod live;
+pub mod limits;
 pub mod object;
-pub mod page;
-pub mod problem;
-pub mod rate_limit;
-pub mod reply;
-pub mod service;
+pub mod protocol;
 pub mod settings;
-pub mod sql;
-pub mod ticket;
-pub mod time;
-pub mod views;
 
 #[cfg(target_arch = "wasm32")]
 mod wasm;

@@ -7,9 +7,9 @@
 
 use flashgate_wire::keys::{KeySet, KEY_BYTES_MIN};
 
-use crate::live::{LIVE_SOCKETS_MAX_DEFAULT, LIVE_SOCKETS_MAX_MAX};
-use crate::rate_limit::Policies;
-use crate::ticket::TicketKey;
+use crate::ids::TicketKey;
+
+use crate::limits::{LIVE_SOCKETS_MAX_DEFAULT, LIVE_SOCKETS_MAX_MAX};
 
 /// The audience buyer tokens must name unless `BUYER_TOKEN_AUDIENCE` says
 /// otherwise.
@@ -41,7 +41,7 @@ pub struct Settings {
     /// waiting, with backoff, until an origin is configured.
     pub forwarding: Option<Forwarding>,
     /// `LIVE_SOCKETS_MAX`: the most live-update sockets one product's
-    /// object keeps (`live::LIVE_SOCKETS_MAX_DEFAULT` unless set).
+    /// object keeps (`crate::limits::LIVE_SOCKETS_MAX_DEFAULT` unless set).
     pub live_sockets_max: u32,
 }
 
@@ -134,6 +134,102 @@ impl Settings {
             dev_sessions: get("DEV_SESSIONS").is_some_and(|v| v == "on"),
             forwarding,
         })
+    }
+}
+
+/// The limiters, each a rate limiting binding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limiter {
+    /// Every API request, by client IP (`CF-Connecting-IP`).
+    Ip,
+    /// Every request a verified buyer makes, by buyer id.
+    Buyer,
+    /// Every admin request, by client IP.
+    Admin,
+}
+
+impl Limiter {
+    pub const ALL: [Limiter; 3] = [Limiter::Ip, Limiter::Buyer, Limiter::Admin];
+
+    /// The binding's name.
+    pub fn binding(self) -> &'static str {
+        match self {
+            Limiter::Ip => "RATE_LIMIT_IP",
+            Limiter::Buyer => "RATE_LIMIT_BUYER",
+            Limiter::Admin => "RATE_LIMIT_ADMIN",
+        }
+    }
+
+    /// The policy's name in `RATE_LIMITS` and in the response fields.
+    pub fn name(self) -> &'static str {
+        match self {
+            Limiter::Ip => "ip",
+            Limiter::Buyer => "buyer",
+            Limiter::Admin => "admin",
+        }
+    }
+}
+
+/// One limiter's quota: `limit` requests per `period_s` seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    pub limit: u32,
+    pub period_s: u32,
+}
+
+/// Every limiter's policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policies {
+    pub ip: Policy,
+    pub buyer: Policy,
+    pub admin: Policy,
+}
+
+impl Policies {
+    pub fn of(&self, l: Limiter) -> Policy {
+        match l {
+            Limiter::Ip => self.ip,
+            Limiter::Buyer => self.buyer,
+            Limiter::Admin => self.admin,
+        }
+    }
+
+    /// Parses `ip=100/10;buyer=20/10;admin=300/60`: every limiter once, a
+    /// limit of at least 1, and a period the binding supports (10 or 60).
+    pub fn parse(text: &str) -> Result<Policies, String> {
+        let mut found: [Option<Policy>; 3] = [None; 3];
+        for part in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, quota) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?} is not name=limit/period"))?;
+            let i = Limiter::ALL
+                .iter()
+                .position(|l| l.name() == name.trim())
+                .ok_or_else(|| format!("no limiter is called {name:?}"))?;
+            let (limit, period) = quota
+                .split_once('/')
+                .ok_or_else(|| format!("{quota:?} is not limit/period"))?;
+            let limit: u32 = limit
+                .trim()
+                .parse()
+                .map_err(|_| format!("{limit:?} is not a limit"))?;
+            let period_s: u32 = period
+                .trim()
+                .parse()
+                .map_err(|_| format!("{period:?} is not a period"))?;
+            if limit == 0 || !matches!(period_s, 10 | 60) {
+                return Err(format!(
+                    "{part:?}: the limit must be at least 1 and the period 10 or 60 seconds"
+                ));
+            }
+            if found[i].replace(Policy { limit, period_s }).is_some() {
+                return Err(format!("{name:?} is named twice"));
+            }
+        }
+        match found {
+            [Some(ip), Some(buyer), Some(admin)] => Ok(Policies { ip, buyer, admin }),
+            _ => Err("every limiter needs a policy: ip, buyer and admin".into()),
+        }
     }
 }
 

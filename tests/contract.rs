@@ -6,8 +6,8 @@
 
 use std::collections::BTreeSet;
 
-use flashgate::api::ROUTES;
-use flashgate::codes::ProblemCode;
+use flashgate::edge::routes::ROUTES;
+use flashgate::http::codes::ProblemCode;
 use flashgate_core::{AdminRefusalKind, CancelKind, ConfirmKind, ReserveKind};
 use serde_json::Value;
 
@@ -152,7 +152,7 @@ fn architecture_lists_every_counted_outcome() {
 /// own). The two must agree, binding by binding.
 #[test]
 fn wrangler_toml_rate_limits_agree_with_the_policies_the_worker_is_told() {
-    use flashgate::rate_limit::{Limiter, Policies, Policy};
+    use flashgate::edge::rate_limit::{Limiter, Policies, Policy};
     let toml = include_str!("../wrangler.toml");
     let mut bindings = std::collections::BTreeMap::new();
     let mut name = None;

@@ -21,10 +21,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use flashgate::api::Command;
-use flashgate::delivery::{self, Attempt};
 use flashgate::ids::IdCodec;
-use flashgate::object::{Lease, ProductObject, Settled, Storage, StorageError};
+use flashgate::object::delivery::{self, Attempt};
+use flashgate::object::product::{Lease, ProductObject, Settled, Storage, StorageError};
+use flashgate::protocol::Command;
 use flashgate_core::{
     splitmix64, Archive, Change, ConfigPatch, HoldState, ItemKey, OutboxEvent, ReservationRow, Row,
     RowKey,
@@ -396,7 +396,7 @@ impl Sim {
     }
 
     /// Checks that what `reply` acknowledged is stored, and remembers it.
-    fn acknowledged(&mut self, cmd: &Command, reply: &flashgate::reply::Reply) -> String {
+    fn acknowledged(&mut self, cmd: &Command, reply: &flashgate::http::reply::Reply) -> String {
         let desc = format!("{cmd:?}");
         // What a 2xx acknowledged must be in storage now.
         if matches!(cmd, Command::Upsert { .. } | Command::Restock { .. }) && reply.status < 300 {
@@ -641,7 +641,7 @@ impl Sim {
                     match self.object.lease(&mut self.store, self.now) {
                         Ok(Some(lease)) => {
                             let n = lease.batch.events.len();
-                            assert!(n <= delivery::EVENTS_PER_BATCH_MAX);
+                            assert!(n <= flashgate::limits::EVENTS_PER_BATCH_MAX);
                             self.in_flight = Some(lease);
                             format!("lease {n}")
                         }

@@ -1,4 +1,4 @@
-//! The object's SQL (`flashgate::sql`) run against real SQLite: the same
+//! The object's SQL (`flashgate::object::sql`) run against real SQLite: the same
 //! schema, statements and row mapping the Durable Object executes, here
 //! through rusqlite. A seeded run of gate operations writes every change
 //! through its `Storage` and checks, after every step, that loading the
@@ -6,9 +6,10 @@
 //!
 //! `SQL_SEED=n` replays one seed; a failure prints its seed and step.
 
-use flashgate::api::Command;
-use flashgate::object::{ProductObject, Reader, Storage, StorageError};
-use flashgate::sql::{SqlDb, SqlValue};
+use flashgate::limits::{LISTED_MAX, PRODUCTS_MAX};
+use flashgate::object::product::{ProductObject, Reader, Storage, StorageError};
+use flashgate::object::sql::{SqlDb, SqlValue};
+use flashgate::protocol::Command;
 use flashgate_core::{splitmix64, Config, ConfigPatch, Gate, Mode};
 use rusqlite::types::ValueRef;
 use serde::de::DeserializeOwned;
@@ -428,7 +429,7 @@ fn a_failure_inside_a_batch_stores_none_of_it() {
 /// refuses a new product past its limit while an existing one still passes.
 #[test]
 fn the_catalog_registers_once_and_is_bounded() {
-    use flashgate::catalog::{self, Registered, LISTED_MAX, PRODUCTS_MAX};
+    use flashgate::object::catalog::{self, Registered};
     let mut db = Lite::new();
     assert_eq!(catalog::newest(&mut db).unwrap(), Vec::<String>::new());
     assert_eq!(catalog::register(&mut db, "a", 1).unwrap(), Registered::New);
@@ -459,8 +460,14 @@ fn the_catalog_registers_once_and_is_bounded() {
     assert_eq!(newest.len(), LISTED_MAX);
     assert_eq!(newest[0], format!("p{}", PRODUCTS_MAX - 1));
     use flashgate_wire::SaleState;
-    assert!(catalog::listed(SaleState::Open) && catalog::listed(SaleState::Scheduled));
-    assert!(!catalog::listed(SaleState::Closed) && !catalog::listed(SaleState::Paused));
+    assert!(
+        flashgate::protocol::listed(SaleState::Open)
+            && flashgate::protocol::listed(SaleState::Scheduled)
+    );
+    assert!(
+        !flashgate::protocol::listed(SaleState::Closed)
+            && !flashgate::protocol::listed(SaleState::Paused)
+    );
 }
 
 /// The key index: a second record under a buyer's key fails the write

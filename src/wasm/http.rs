@@ -4,8 +4,8 @@ use worker::wasm_bindgen::{self, prelude::wasm_bindgen, JsValue};
 use worker::worker_sys::web_sys;
 use worker::{Headers, Response};
 
-use crate::problem::Problem;
-use crate::reply::Reply;
+use crate::http::problem::Problem;
+use crate::http::reply::Reply;
 
 /// The fields every reply carries, in order: the one list both ways of
 /// building a response below send.

@@ -2,10 +2,7 @@
 //! time, SQL and fetches in and out of the pure modules, and decides
 //! nothing itself.
 
-mod catalog_do;
 mod config;
 mod edge;
-mod gate_do;
 mod http;
-mod request;
-mod sqlite;
+mod object;

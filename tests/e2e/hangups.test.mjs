@@ -1,6 +1,6 @@
 // Clients that hang up in the middle of their request, while others buy.
 // The object's group commit shares one timer among the commands of a tick
-// (`next_tick` in src/wasm/gate_do.rs), created by whichever request came
+// (`next_tick` in src/wasm/object/product.rs), created by whichever request came
 // first: if a hang-up cancelled that request's timer, every request of the
 // tick, and every later one, would wait forever. Here hundreds hang up at
 // random moments; every buyer who stays is answered, and the stock adds up.

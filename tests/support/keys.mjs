@@ -54,7 +54,7 @@ export function signHeaders({ keys, purpose, method, path, body, nowMs = Date.no
   return { "x-flashgate-key-id": kid, "x-flashgate-timestamp": String(nowMs), "x-flashgate-signature": `v2=${sig}`, "x-flashgate-content-sha256": digest };
 }
 
-/** A waiting-room ticket as the gate signs it (src/ticket.rs), minted here
+/** A waiting-room ticket as the gate signs it (src/edge/ticket.rs), minted here
  * independently: `claims` overrides any of p, b, t, h, e. */
 export function queueTicket(claims, { idSecret = ID_SECRET } = {}) {
   const key = createHmac("sha256", idSecret).update("flashgate waiting-room tickets\n").digest();

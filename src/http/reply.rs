@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::problem::Problem;
+use crate::http::problem::Problem;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Reply {

@@ -8,20 +8,12 @@
 //! which knows it as unknown. Each product's own object stays the only
 //! source of its state; the catalog holds ids and nothing else.
 
-use flashgate_wire::{bounds, SaleState};
+use flashgate_wire::bounds;
 use serde::Deserialize;
 
-use crate::object::StorageError;
-use crate::sql::{SqlDb, SqlValue};
-
-/// The most products the catalog registers. An update of a product already
-/// registered always passes; a new one past this is refused
-/// (`catalog_full`).
-pub const PRODUCTS_MAX: usize = 10_000;
-/// The most products one listing looks at: the newest registered. Each is
-/// read through the edge cache, so a listing costs at most this many
-/// object reads per isolate per second.
-pub const LISTED_MAX: usize = 50;
+use crate::limits::{LISTED_MAX, PRODUCTS_MAX};
+use crate::object::product::StorageError;
+use crate::object::sql::{SqlDb, SqlValue};
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS catalog (
     product_id TEXT PRIMARY KEY,
@@ -88,10 +80,4 @@ pub fn newest(db: &mut impl SqlDb) -> Result<Vec<String>, StorageError> {
         "SELECT product_id FROM catalog ORDER BY registered_at_ms DESC, product_id LIMIT {LISTED_MAX}"
     ))?;
     Ok(rows.into_iter().map(|r| r.product_id).collect())
-}
-
-/// Whether a product, as the edge reads it, belongs in the listing: open
-/// or scheduled (a buyer can act on it now or soon).
-pub fn listed(state: SaleState) -> bool {
-    matches!(state, SaleState::Open | SaleState::Scheduled)
 }

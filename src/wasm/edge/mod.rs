@@ -1,5 +1,7 @@
 //! The Worker's fetch handler: the edge in front of every product.
 
+pub mod request;
+
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -16,17 +18,20 @@ use worker::{event, Context, Delay, Env, Headers, Request, Response};
 use flashgate_wire::signing::Presented;
 use serde_json::json;
 
-use crate::api::{self, Command, Incoming, Route, BODY_BYTES_MAX};
-use crate::auth;
-use crate::codes::ProblemCode;
-use crate::edge_cache::{EdgeCache, Entry, Known, Snapshot};
-use crate::page::Lang;
-use crate::problem::Problem;
-use crate::rate_limit::{self, Limiter};
-use crate::reply::Reply;
+use crate::edge::auth;
+use crate::edge::cache::{EdgeCache, Entry, Known};
+use crate::edge::page::Lang;
+use crate::edge::rate_limit::{self, Limiter};
+use crate::edge::routes::{self, Incoming, Route};
+use crate::http::codes::ProblemCode;
+use crate::http::problem::Problem;
+use crate::http::reply::Reply;
+use crate::http::time::rfc3339;
+use crate::limits::{BODY_BYTES_MAX, LISTED_FRESH_MS, REFRESH_POLL_MS, REFRESH_WAIT_MAX_MS};
+use crate::protocol::snapshot::Snapshot;
+use crate::protocol::{self, Command};
 use crate::settings::Settings;
-use crate::time::rfc3339;
-use crate::wasm::request::{Field, Parts};
+use crate::wasm::edge::request::{Field, Parts};
 use crate::wasm::{config, http};
 
 thread_local! {
@@ -180,7 +185,7 @@ fn session(settings: &Settings, secure: bool) -> worker::Result<Response> {
         "{}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}{}",
         auth::BUYER_COOKIE,
         s.token,
-        auth::SESSION_TTL_S,
+        crate::limits::SESSION_TTL_S,
         if secure { "; Secure" } else { "" }
     );
     resp.headers_mut().set("set-cookie", &cookie)?;
@@ -190,16 +195,17 @@ fn session(settings: &Settings, secure: bool) -> worker::Result<Response> {
 async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
     let parts = Parts::read(&req);
     let (method, url) = (parts.method.as_str(), parts.url.as_str());
-    let path_and_query = api::path_and_query(url);
-    let path = api::path(path_and_query);
-    let route = match api::route(method, path) {
+    let path_and_query = routes::path_and_query(url);
+    let path = routes::path(path_and_query);
+    let route = match routes::route(method, path) {
         Ok(Route::Page(page)) => {
             let payment_url = env
                 .var("DEMO_PAYMENT_URL")
                 .map(|v| v.to_string())
                 .unwrap_or_default();
             let lang = Lang::from_accept_language(parts.get(Field::AcceptLanguage));
-            return html_response(crate::page::html(&page, lang, &payment_url)).map(Answer::Built);
+            return html_response(crate::edge::page::html(&page, lang, &payment_url))
+                .map(Answer::Built);
         }
         Ok(Route::OpenApi) => {
             return static_response(crate::OPENAPI_JSON, "application/json").map(Answer::Built)
@@ -253,8 +259,8 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
     };
     let product_id = route.product_id().to_string();
     let admin = route.is_admin();
-    let drift = matches!(route, api::ApiRoute::AdminDrift(_));
-    let cmd = match api::parse(&incoming, route, &settings, now) {
+    let drift = matches!(route, routes::ApiRoute::AdminDrift(_));
+    let cmd = match routes::parse(&incoming, route, &settings, now) {
         Ok(c) => c,
         Err(p) => return refuse(p),
     };
@@ -347,7 +353,7 @@ async fn live(
     let cmd = Command::Watch {
         product_id: product_id.to_string(),
         buyer,
-        client: crate::live::client_tag(ip),
+        client: rate_limit::client_tag(ip),
     };
     match forward_raw(env, product_id, &cmd).await {
         Ok(resp) => Ok(Answer::Raw(resp)),
@@ -385,10 +391,6 @@ thread_local! {
     /// The catalog's newest ids, as last read, and when.
     static LISTED: RefCell<Option<(u64, Rc<Vec<String>>)>> = const { RefCell::new(None) };
 }
-
-/// How long the edge reuses the catalog's list: a new product shows within
-/// this much of being created.
-const LISTED_FRESH_MS: u64 = 5_000;
 
 /// `GET /api/products`: the newest registered products that are open or
 /// scheduled, each read through the edge cache (as `GET
@@ -431,7 +433,7 @@ async fn list_products(env: &Env) -> worker::Result<web_sys::Response> {
             snapshot,
         } = known
         {
-            if crate::catalog::listed(snapshot.state) {
+            if protocol::listed(snapshot.state) {
                 if !first {
                     body.push(b',');
                 }
@@ -473,7 +475,7 @@ async fn drift_check(
             Some(token) => origin_totals(&f.origin_url, token, product_id).await,
         },
     };
-    http::respond(Reply::ok(200, crate::views::drift(&stats, origin)))
+    http::respond(Reply::ok(200, crate::http::views::drift(&stats, origin)))
 }
 
 /// The origin's totals for a product, or why they could not be read.
@@ -492,7 +494,7 @@ async fn origin_totals(
     let req = Request::new_with_init(&url, &init).map_err(|e| e.to_string())?;
     let fetcher = worker::Fetch::Request(req);
     let fetch = fetcher.send();
-    let timeout = Delay::from(Duration::from_millis(crate::delivery::ORIGIN_TIMEOUT_MS));
+    let timeout = Delay::from(Duration::from_millis(crate::limits::ORIGIN_TIMEOUT_MS));
     let mut resp =
         match futures_util::future::select(std::pin::pin!(fetch), std::pin::pin!(timeout)).await {
             futures_util::future::Either::Left((Ok(r), _)) => r,
@@ -599,11 +601,6 @@ async fn lookup(env: &Env, product_id: &str) -> Option<Known> {
     refresh(env, product_id).await;
     fresh()
 }
-
-/// How long a request waits for another's snapshot fetch, and how often it
-/// looks.
-const REFRESH_WAIT_MAX_MS: u64 = 2_000;
-const REFRESH_POLL_MS: u64 = 5;
 
 /// Fetches a snapshot, reporting the tickets this isolate issued since the
 /// last one. A report that does not arrive goes with the next fetch.
@@ -752,7 +749,7 @@ async fn forward_raw(
         env,
         "PRODUCT_GATE",
         product_id,
-        api::COMMAND_HEADER,
+        protocol::COMMAND_HEADER,
         header,
         body,
         watch,

@@ -1,6 +1,6 @@
 //! The product's Durable Object as a pure state machine over its storage.
 //!
-//! `wasm/gate_do.rs` is only the shell around this: it hands in the request
+//! `wasm/object/product.rs` is only the shell around this: it hands in the request
 //! and the time, executes SQL through the `Storage` it passes, sets the
 //! alarm this module asks for, and performs the fetch to the origin that a
 //! `Lease` describes. Every decision of the object lives here, so the
@@ -24,12 +24,13 @@ use std::cell::RefCell;
 use flashgate_core::{AckOutcome, Archive, Change, ReservationId, ReservationRow, Restorer, Row};
 use flashgate_wire::{Batch, BatchResult};
 
-use crate::api::Command;
-use crate::delivery::{self, DeliveryError};
-use crate::live::LiveState;
-use crate::reply::Reply;
-use crate::service::{self, Product};
-use crate::views::ShellStatus;
+use crate::http::reply::Reply;
+use crate::http::views::ShellStatus;
+use crate::limits::COMMANDS_PER_BATCH_MAX;
+use crate::object::delivery::{self, DeliveryError};
+use crate::object::live::LiveState;
+use crate::object::service::{self, Product};
+use crate::protocol::Command;
 
 /// Why storage failed. The shell logs it; the client gets a 5xx.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -155,11 +156,6 @@ impl<S: Storage> Archive for Reader<'_, S> {
         self.read(|s| s.all_paid())
     }
 }
-
-/// The most commands one batch applies: a bound on the work of one turn
-/// (and on the replies a failed flush turns into 503s). Commands beyond it
-/// wait for the next batch.
-pub const COMMANDS_PER_BATCH_MAX: usize = 256;
 
 /// A batch leased from the outbox, for the shell to sign and send.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -408,7 +404,9 @@ impl ProductObject {
         let Some(p) = self.product.as_mut() else {
             return Ok(None);
         };
-        let entries = p.gate.poll_outbox(now_ms, delivery::EVENTS_PER_BATCH_MAX);
+        let entries = p
+            .gate
+            .poll_outbox(now_ms, crate::limits::EVENTS_PER_BATCH_MAX);
         let Some(last) = entries.last() else {
             return Ok(None);
         };

@@ -7,13 +7,13 @@
 
 use flashgate_core::{AdminRefusal, Archive, CancelOutcome, ConfirmOutcome, Gate, ReserveOutcome};
 
-use crate::api::Command;
-use crate::codes::ProblemCode;
+use crate::http::codes::ProblemCode;
+use crate::http::problem::Problem;
+use crate::http::reply::Reply;
+use crate::http::time::rfc3339;
+use crate::http::views::{self, ShellStatus};
 use crate::ids::IdCodec;
-use crate::problem::Problem;
-use crate::reply::Reply;
-use crate::time::rfc3339;
-use crate::views::{self, ShellStatus};
+use crate::protocol::Command;
 
 /// The product an object holds: its id, its gate, and the codec of its
 /// reservation ids, which exist together or not at all.

@@ -3,7 +3,7 @@
 //! tables.
 //!
 //! Pure: it speaks to any `SqlDb`, which the Worker implements over the
-//! object's `SqlStorage` (`wasm/sqlite.rs`) and the tests implement over
+//! object's `SqlStorage` (`wasm/object/sqlite.rs`) and the tests implement over
 //! rusqlite, so the statements are run against real SQLite natively. Every
 //! call of `SqlStorage` is synchronous, so a decision and its writes happen
 //! in one turn of the event loop with nothing awaited in between.
@@ -15,7 +15,7 @@ use flashgate_core::{
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
-use crate::object::{Storage, StorageError};
+use crate::object::product::{Storage, StorageError};
 
 /// A value bound to a statement's `?` placeholder.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -20,74 +20,14 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use flashgate_core::{Admission, Arrivals, QueueKey, Rules, Ticket};
+use flashgate_core::{Arrivals, QueueKey, Ticket};
 use flashgate_wire::SaleState;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
-use crate::buyer_filter::BuyerFilter;
-use crate::codes::ProblemCode;
-use crate::problem::Problem;
-use crate::time::rfc3339;
-
-/// How long a snapshot answers for the edge.
-pub const SNAPSHOT_FRESH_MS: u64 = 1_000;
-/// Products an isolate keeps snapshots of; the map is cleared at this
-/// size, which bounds its memory against requests for many random ids.
-pub const EDGE_PRODUCTS_MAX: usize = 1_024;
-/// Tickets named (`Arrivals::named`) in all of an isolate's reports, sent
-/// and unsent, together: each report names at most
-/// `limits::ARRIVALS_NAMED_MAX`, and this bounds them across products
-/// (about 24 bytes each). Past it a ticket is counted unnamed.
-pub const EDGE_NAMED_MAX: usize = 16_384;
-/// The oldest snapshot served while another request's fetch is slow.
-pub const SNAPSHOT_STALE_MAX_MS: u64 = 10_000;
-
-/// The waiting room as the edge needs it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QueueSnapshot {
-    pub admit_per_s: u32,
-    pub opens_at_ms: Option<u64>,
-    pub prequeue_ms: u64,
-    pub ticket_ttl_ms: u64,
-    pub admission: Admission,
-}
-
-impl QueueSnapshot {
-    pub fn rules(&self) -> Rules {
-        Rules {
-            admit_per_s: self.admit_per_s,
-            opens_at_ms: self.opens_at_ms,
-        }
-    }
-}
-
-/// What the object publishes to the edge.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Snapshot {
-    /// The object's clock when it answered.
-    pub at_ms: u64,
-    /// The product as `GET /api/products/{id}` answers it.
-    pub product: Value,
-    pub available: u64,
-    pub state: SaleState,
-    /// Present when the product has a waiting room.
-    pub queue: Option<QueueSnapshot>,
-    /// Present when nothing is available: the buyers whose reserves must
-    /// still reach the object.
-    pub buyers: Option<BuyerFilter>,
-}
-
-/// A ticket's standing in the waiting room.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Standing {
-    pub admitted: bool,
-    /// About how many buyers are ahead.
-    pub position: u64,
-    /// About how long until admission, in seconds; `None` while the room
-    /// does not advance (nothing to sell, or paused).
-    pub eta_s: Option<u64>,
-}
+use crate::http::codes::ProblemCode;
+use crate::http::problem::Problem;
+use crate::http::time::rfc3339;
+use crate::limits::{EDGE_NAMED_MAX, EDGE_PRODUCTS_MAX, SNAPSHOT_FRESH_MS, SNAPSHOT_STALE_MAX_MS};
+use crate::protocol::snapshot::{QueueSnapshot, Snapshot, Standing};
 
 impl Snapshot {
     /// A snapshot as the object sent it, its buyer filter decoded. `None`
@@ -367,6 +307,8 @@ impl EdgeCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::buyer_filter::BuyerFilter;
+    use flashgate_core::{Admission, Rules};
     use serde_json::json;
 
     const OPEN: u64 = 1_000_000;

@@ -2,12 +2,12 @@
 //! as one batch, in one transaction (`ProductObject::commands`), and each
 //! request then takes its own answer.
 //!
-//! Pure bookkeeping, tested natively; `wasm/gate_do.rs` drives it. A request
+//! Pure bookkeeping, tested natively; `wasm/object/product.rs` drives it. A request
 //! enqueues its command and waits for the object's next tick: one timer that
 //! every command of the tick awaits (a Durable Object's requests share its
 //! I/O context, so one may await a promise another created). The first
 //! request to wake runs the batch for everyone queued, up to
-//! `object::COMMANDS_PER_BATCH_MAX`; the others wake to find their answers
+//! `crate::limits::COMMANDS_PER_BATCH_MAX`; the others wake to find their answers
 //! waiting. Replies leave only after the batch's transaction committed, and
 //! the runtime's output gate holds them until that write is durable.
 //!
@@ -17,9 +17,10 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::api::Command;
-use crate::object::{StorageError, COMMANDS_PER_BATCH_MAX};
-use crate::reply::Reply;
+use crate::http::reply::Reply;
+use crate::limits::COMMANDS_PER_BATCH_MAX;
+use crate::object::product::StorageError;
+use crate::protocol::Command;
 
 /// A queued command's place in line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

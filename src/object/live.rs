@@ -1,7 +1,7 @@
 //! Live updates: what a product's object pushes to the pages watching it
 //! over WebSocket, and when.
 //!
-//! Pure, so it is tested natively; `wasm/gate_do.rs` only accepts the
+//! Pure, so it is tested natively; `wasm/object/product.rs` only accepts the
 //! sockets (hibernatable), sends the messages this module builds, and sets
 //! the timer it asks for.
 //!
@@ -15,19 +15,10 @@
 //!   message older than the one it has (a slow socket, a reconnect to an
 //!   object that restarted).
 
+use crate::limits::{
+    FANOUT_SHARE_MAX_PERCENT, LIVE_SOCKETS_PER_CLIENT_MAX, PUSH_INTERVAL_MS, SEND_US_PER_SOCKET,
+};
 use serde::{Deserialize, Serialize};
-
-/// The shortest time between two pushes of one product: at most 10 a second.
-pub const PUSH_INTERVAL_MS: u64 = 100;
-
-/// What one send to one socket costs workerd, in microseconds of CPU.
-/// Measured (`node bench/live.mjs`): 58 us per socket for this object's
-/// broadcast and 62 us for a JavaScript object that does nothing but fan
-/// out, so it is the runtime's own cost of a WebSocket send.
-pub const SEND_US_PER_SOCKET: u64 = 60;
-/// The most of its time an object spends on fan-out: pushes to many sockets
-/// come less often, so that the object keeps deciding reservations.
-pub const FANOUT_SHARE_MAX_PERCENT: u64 = 25;
 
 /// The time between two pushes to `sockets` sockets: `PUSH_INTERVAL_MS`,
 /// or longer when one broadcast would cost more than
@@ -36,18 +27,6 @@ pub fn push_interval_ms(sockets: usize) -> u64 {
     let broadcast_us = sockets as u64 * SEND_US_PER_SOCKET;
     PUSH_INTERVAL_MS.max(broadcast_us * 100 / FANOUT_SHARE_MAX_PERCENT / 1000)
 }
-
-/// The most sockets one product's object keeps by default. Past it, a new
-/// viewer is refused with `live_full` and told to poll the edge-cached
-/// product read, so that a hot product's object does not spend its time on
-/// fan-out. Measured (`node bench/live.mjs`, ARCHITECTURE.md "Live
-/// updates"): a broadcast to 2,000 sockets costs workerd about 116 ms of
-/// CPU, the runtime's own cost of 2,000 sends, so pushes to that many come
-/// about twice a second (`push_interval_ms`).
-pub const LIVE_SOCKETS_MAX_DEFAULT: u32 = 2_000;
-/// The most a deployment may set (`LIVE_SOCKETS_MAX`): workerd keeps at
-/// most 32,768 hibernatable sockets per object.
-pub const LIVE_SOCKETS_MAX_MAX: u32 = 32_000;
 
 /// What a viewer sees of a product, and what a push carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -198,21 +177,6 @@ pub fn admits(open: usize, sockets_max: u32) -> bool {
     open < sockets_max as usize
 }
 
-/// The most sockets one client (an address, an IPv6 client's /64: the IP
-/// limit's key) keeps open on one product: a few tabs. Without it a handful
-/// of addresses could take every place (`LIVE_SOCKETS_MAX`) and hold it,
-/// since the runtime answers their pings, and every other viewer would be
-/// sent to poll.
-pub const LIVE_SOCKETS_PER_CLIENT_MAX: usize = 8;
-
-/// The hibernation tag of a client's sockets, by which the object counts
-/// them (`getWebSockets(tag)`); none for a client without a known address
-/// (only local runs: Cloudflare always sets one), which only the product's
-/// cap bounds.
-pub fn client_tag(ip_key: &str) -> Option<String> {
-    (ip_key != crate::rate_limit::UNKNOWN_IP_KEY).then(|| format!("client:{ip_key}"))
-}
-
 /// Whether a client with `open` sockets on the product may open another.
 pub fn admits_client(open: usize) -> bool {
     open < LIVE_SOCKETS_PER_CLIENT_MAX
@@ -229,6 +193,7 @@ pub const CLOSE_POLICY: u16 = 1008;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::LIVE_SOCKETS_MAX_DEFAULT;
 
     fn state(available: u64) -> Option<LiveState> {
         Some(LiveState {
@@ -312,14 +277,6 @@ mod tests {
         assert!(!admits(1, 1));
         assert!(admits_client(LIVE_SOCKETS_PER_CLIENT_MAX - 1));
         assert!(!admits_client(LIVE_SOCKETS_PER_CLIENT_MAX));
-        let tag = client_tag(&crate::rate_limit::ip_key(Some("2001:db8::1"))).unwrap();
-        assert_eq!(
-            Some(tag.clone()),
-            client_tag(&crate::rate_limit::ip_key(Some("2001:db8::2"))),
-            "one /64 is one client"
-        );
-        assert!(tag.len() <= 256, "the runtime's limit on a tag");
-        assert_eq!(client_tag(&crate::rate_limit::ip_key(None)), None);
         assert!(admits(1_999, LIVE_SOCKETS_MAX_DEFAULT));
         assert!(!admits(2_000, LIVE_SOCKETS_MAX_DEFAULT));
     }

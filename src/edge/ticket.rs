@@ -12,15 +12,12 @@
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use flashgate_core::Ticket;
-use flashgate_wire::mac::hmac_sha256;
-use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
-use sha2::Sha256;
 
-use crate::problem::Problem;
+use crate::http::problem::Problem;
+pub use crate::ids::TicketKey;
+use crate::limits::TICKET_BYTES_MAX;
 
-/// The longest ticket accepted, in bytes.
-pub const TICKET_BYTES_MAX: usize = 512;
 /// The request header a ticket travels in.
 pub const TICKET_HEADER: &str = "flashgate-ticket";
 
@@ -76,36 +73,7 @@ impl TicketError {
     }
 }
 
-/// The key tickets are signed with.
-#[derive(Clone)]
-pub struct TicketKey {
-    mac: Hmac<Sha256>,
-}
-
 impl TicketKey {
-    pub fn new(id_secret: &[u8]) -> TicketKey {
-        let mut derive = hmac_sha256(id_secret);
-        derive.update(b"flashgate waiting-room tickets\n");
-        TicketKey {
-            mac: hmac_sha256(&derive.finalize().into_bytes()),
-        }
-    }
-
-    fn tag(&self, parts: &[&[u8]]) -> [u8; 32] {
-        let mut mac = self.mac.clone();
-        for part in parts {
-            mac.update(&(part.len() as u64).to_be_bytes());
-            mac.update(part);
-        }
-        mac.finalize().into_bytes().into()
-    }
-
-    /// The buyer's tiebreak in the product's queue.
-    pub fn tiebreak(&self, product_id: &str, buyer_id: &str) -> u32 {
-        let t = self.tag(&[b"tiebreak", product_id.as_bytes(), buyer_id.as_bytes()]);
-        u32::from_be_bytes([t[0], t[1], t[2], t[3]])
-    }
-
     /// A ticket for `buyer_id`, arriving now, valid for `ttl_ms`.
     pub fn issue(
         &self,
@@ -152,14 +120,9 @@ impl TicketKey {
         let given = URL_SAFE_NO_PAD
             .decode(mac)
             .map_err(|_| TicketError::Malformed)?;
-        let mut check = self.mac.clone();
-        for part in [VERSION.as_bytes(), body.as_bytes()] {
-            check.update(&(part.len() as u64).to_be_bytes());
-            check.update(part);
+        if !self.verify_tag(&[VERSION.as_bytes(), body.as_bytes()], &given) {
+            return Err(TicketError::Signature);
         }
-        check
-            .verify_slice(&given)
-            .map_err(|_| TicketError::Signature)?;
         let json = URL_SAFE_NO_PAD
             .decode(body)
             .map_err(|_| TicketError::Malformed)?;

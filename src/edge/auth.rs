@@ -15,18 +15,13 @@ use flashgate_wire::keys::KeySet;
 use flashgate_wire::signing::{self, Presented, Purpose};
 use flashgate_wire::token::{self, Claims, Signed, TokenError};
 
-use crate::codes::ProblemCode;
-use crate::problem::Problem;
+use crate::http::codes::ProblemCode;
+use crate::http::problem::Problem;
+use crate::limits::{SESSION_TTL_S, TOKENS_REMEMBERED_MAX};
 use crate::settings::Settings;
 
 /// The cookie a browser carries its buyer token in (HttpOnly).
 pub const BUYER_COOKIE: &str = "fg_buyer";
-/// How long a dev session's token lasts.
-pub const SESSION_TTL_S: u64 = 60 * 60;
-/// Buyer tokens whose signature the isolate remembers having checked
-/// (`signed_by`): a bound on a cache whose keys come from requests; at the
-/// bound it starts afresh.
-pub const TOKENS_REMEMBERED_MAX: usize = 2048;
 
 /// A token remembered as signed, with the secret that proved it.
 struct Remembered {

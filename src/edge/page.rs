@@ -7,12 +7,12 @@
 //! (`DEMO_PAYMENT_URL`; locally the origin's demo payment endpoint,
 //! deployed the shop's).
 
-use crate::api::Page;
+use crate::edge::routes::Page;
 
-const LIST: &str = include_str!("../web/index.html");
-const PRODUCT: &str = include_str!("../web/product.html");
-const ADMIN: &str = include_str!("../web/admin.html");
-const SHARED: &str = include_str!("../web/shared.js");
+const LIST: &str = include_str!("../../web/index.html");
+const PRODUCT: &str = include_str!("../../web/product.html");
+const ADMIN: &str = include_str!("../../web/admin.html");
+const SHARED: &str = include_str!("../../web/shared.js");
 
 const SHARED_SLOT: &str = "/*SHARED*/";
 const LANG: &str = "__LANG__";

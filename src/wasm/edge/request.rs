@@ -8,7 +8,7 @@ use worker::js_sys;
 use worker::wasm_bindgen::{self, prelude::wasm_bindgen, JsValue};
 use worker::worker_sys::web_sys;
 
-use crate::ticket::TICKET_HEADER;
+use crate::edge::ticket::TICKET_HEADER;
 use flashgate_wire::signing;
 
 #[wasm_bindgen(inline_js = "

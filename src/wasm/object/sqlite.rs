@@ -5,8 +5,9 @@ use serde::de::DeserializeOwned;
 use worker::wasm_bindgen::{self, prelude::wasm_bindgen, JsCast, JsValue};
 use worker::{js_sys, State};
 
-use crate::object::StorageError;
-use crate::sql::{SqlDb, SqlValue};
+use crate::limits::ROWS_PER_CALL_MAX;
+use crate::object::product::StorageError;
+use crate::object::sql::{SqlDb, SqlValue};
 
 #[wasm_bindgen]
 extern "C" {
@@ -59,10 +60,6 @@ extern "C" {
     #[wasm_bindgen(catch)]
     fn sql_rows(cursor: &JsValue, max: u32) -> Result<String, JsValue>;
 }
-
-/// Rows read from a cursor per call: a query's rows are never all held at
-/// once (a restore streams every row of the object), and a chunk is small.
-const ROWS_PER_CALL_MAX: u32 = 256;
 
 pub struct DoSql {
     sql: JsValue,

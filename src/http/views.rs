@@ -9,10 +9,10 @@ use flashgate_wire::{CounterStats, GateStats, OutboxStats, QueueStats, SaleState
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::buyer_filter::BuyerFilter;
-use crate::edge_cache::{QueueSnapshot, Snapshot};
+use crate::http::time::rfc3339;
 use crate::ids::IdCodec;
-use crate::time::rfc3339;
+use crate::protocol::buyer_filter::BuyerFilter;
+use crate::protocol::snapshot::{QueueSnapshot, Snapshot};
 
 /// What the object's shell has done since it loaded: how forwarding the
 /// outbox is going, and how many snapshots it gave the edge. Kept by the
@@ -45,7 +45,7 @@ fn to_value(v: impl Serialize) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
-/// The snapshot the object gives the edge (`edge_cache::Snapshot`).
+/// The snapshot the object gives the edge (`protocol::snapshot::Snapshot`).
 pub fn snapshot(g: &Gate, product_id: &str, now_ms: u64) -> Value {
     let s = g.stats(now_ms);
     let c = g.config();

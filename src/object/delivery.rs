@@ -1,19 +1,13 @@
 //! Forwarding the outbox to the origin, as pure decisions: the batch an
 //! outbox lease becomes, and what an attempt's answer means. The object's
-//! shell only signs, sends and waits (`wasm/gate_do.rs`).
+//! shell only signs, sends and waits (`wasm/object/product.rs`).
 
 use flashgate_core::{OutboxEntry, OutboxEvent};
 use flashgate_wire::bounds::order_id;
 use flashgate_wire::{Batch, BatchResult, Event};
 
 use crate::ids::IdCodec;
-
-/// How long one delivery to the origin may take before it counts as failed.
-pub const ORIGIN_TIMEOUT_MS: u64 = 10_000;
-/// Batches one alarm sends before yielding; the next alarm continues.
-pub const BATCHES_PER_ALARM_MAX: usize = 20;
-/// The most events one batch carries: what the origin accepts.
-pub const EVENTS_PER_BATCH_MAX: usize = flashgate_wire::bounds::ORDERS_PER_BATCH_MAX;
+use crate::limits::ORIGIN_TIMEOUT_MS;
 
 /// The origin batch for leased outbox entries of `product_id`. Orders are
 /// named by the reservation id buyers see.

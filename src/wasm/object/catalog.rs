@@ -5,10 +5,10 @@
 
 use worker::{durable_object, DurableObject, Env, Method, Request, Response, State};
 
-use crate::catalog::{self, Registered};
-use crate::problem::Problem;
+use crate::http::problem::Problem;
+use crate::object::catalog::{self, Registered};
 use crate::wasm::http;
-use crate::wasm::sqlite::DoSql;
+use crate::wasm::object::sqlite::DoSql;
 
 #[durable_object]
 pub struct Catalog {
@@ -29,7 +29,7 @@ impl DurableObject for Catalog {
                 let now = worker::Date::now().as_millis();
                 match catalog::register(&mut db, &id, now) {
                     Ok(Registered::Full) => {
-                        http::problem(Problem::catalog_full(catalog::PRODUCTS_MAX))
+                        http::problem(Problem::catalog_full(crate::limits::PRODUCTS_MAX))
                     }
                     Ok(_) => Response::ok("registered"),
                     Err(e) => {

@@ -12,104 +12,9 @@
 //! nothing is left and when the window resets at the latest. `Retry-After`
 //! says the same in seconds, for clients that know only that.
 
-use crate::codes::ProblemCode;
-use crate::problem::Problem;
-
-/// The limiters, each a rate limiting binding.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Limiter {
-    /// Every API request, by client IP (`CF-Connecting-IP`).
-    Ip,
-    /// Every request a verified buyer makes, by buyer id.
-    Buyer,
-    /// Every admin request, by client IP.
-    Admin,
-}
-
-impl Limiter {
-    pub const ALL: [Limiter; 3] = [Limiter::Ip, Limiter::Buyer, Limiter::Admin];
-
-    /// The binding's name.
-    pub fn binding(self) -> &'static str {
-        match self {
-            Limiter::Ip => "RATE_LIMIT_IP",
-            Limiter::Buyer => "RATE_LIMIT_BUYER",
-            Limiter::Admin => "RATE_LIMIT_ADMIN",
-        }
-    }
-
-    /// The policy's name in `RATE_LIMITS` and in the response fields.
-    pub fn name(self) -> &'static str {
-        match self {
-            Limiter::Ip => "ip",
-            Limiter::Buyer => "buyer",
-            Limiter::Admin => "admin",
-        }
-    }
-}
-
-/// One limiter's quota: `limit` requests per `period_s` seconds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Policy {
-    pub limit: u32,
-    pub period_s: u32,
-}
-
-/// Every limiter's policy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Policies {
-    pub ip: Policy,
-    pub buyer: Policy,
-    pub admin: Policy,
-}
-
-impl Policies {
-    pub fn of(&self, l: Limiter) -> Policy {
-        match l {
-            Limiter::Ip => self.ip,
-            Limiter::Buyer => self.buyer,
-            Limiter::Admin => self.admin,
-        }
-    }
-
-    /// Parses `ip=100/10;buyer=20/10;admin=300/60`: every limiter once, a
-    /// limit of at least 1, and a period the binding supports (10 or 60).
-    pub fn parse(text: &str) -> Result<Policies, String> {
-        let mut found: [Option<Policy>; 3] = [None; 3];
-        for part in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
-            let (name, quota) = part
-                .split_once('=')
-                .ok_or_else(|| format!("{part:?} is not name=limit/period"))?;
-            let i = Limiter::ALL
-                .iter()
-                .position(|l| l.name() == name.trim())
-                .ok_or_else(|| format!("no limiter is called {name:?}"))?;
-            let (limit, period) = quota
-                .split_once('/')
-                .ok_or_else(|| format!("{quota:?} is not limit/period"))?;
-            let limit: u32 = limit
-                .trim()
-                .parse()
-                .map_err(|_| format!("{limit:?} is not a limit"))?;
-            let period_s: u32 = period
-                .trim()
-                .parse()
-                .map_err(|_| format!("{period:?} is not a period"))?;
-            if limit == 0 || !matches!(period_s, 10 | 60) {
-                return Err(format!(
-                    "{part:?}: the limit must be at least 1 and the period 10 or 60 seconds"
-                ));
-            }
-            if found[i].replace(Policy { limit, period_s }).is_some() {
-                return Err(format!("{name:?} is named twice"));
-            }
-        }
-        match found {
-            [Some(ip), Some(buyer), Some(admin)] => Ok(Policies { ip, buyer, admin }),
-            _ => Err("every limiter needs a policy: ip, buyer and admin".into()),
-        }
-    }
-}
+use crate::http::codes::ProblemCode;
+use crate::http::problem::Problem;
+pub use crate::settings::{Limiter, Policies, Policy};
 
 /// The key a limiter counts a request under: the client's address, which
 /// Cloudflare sets and a client cannot (locally, whatever was sent, or one
@@ -152,6 +57,14 @@ pub fn limited(limiter: Limiter, policy: Policy) -> Problem {
         format!("\"{name}\";q={limit};w={period_s}"),
     )
     .header("ratelimit", format!("\"{name}\";r=0;t={period_s}"))
+}
+
+/// The hibernation tag of a client's sockets, by which the object counts
+/// them (`getWebSockets(tag)`); none for a client without a known address
+/// (only local runs: Cloudflare always sets one), which only the product's
+/// cap bounds.
+pub fn client_tag(ip_key: &str) -> Option<String> {
+    (ip_key != UNKNOWN_IP_KEY).then(|| format!("client:{ip_key}"))
 }
 
 #[cfg(test)]
@@ -211,5 +124,17 @@ mod tests {
         assert_ne!(ip_key(Some("2001:db8:a:c::1")), key, "the next /64");
         assert_eq!(ip_key(Some("::ffff:203.0.113.9")), "ip:203.0.113.9");
         assert_eq!(ip_key(Some("203.0.113.9")), "ip:203.0.113.9");
+    }
+
+    #[test]
+    fn a_client_tag_names_the_clients_64_and_no_unknown_client() {
+        let tag = client_tag(&ip_key(Some("2001:db8::1"))).unwrap();
+        assert_eq!(
+            Some(tag.clone()),
+            client_tag(&ip_key(Some("2001:db8::2"))),
+            "one /64 is one client"
+        );
+        assert!(tag.len() <= 256, "the runtime's limit on a tag");
+        assert_eq!(client_tag(&ip_key(None)), None);
     }
 }

@@ -27,14 +27,14 @@ use worker::{
     RequestInit, Response, ScheduledTime, State, WebSocketPair,
 };
 
-use crate::api::Command;
-use crate::delivery::{self, Attempt};
-use crate::group_commit::{Answer, Batcher};
-use crate::live::{self, Attachment, Due, Pusher};
-use crate::object::{ProductObject, Settled};
-use crate::problem::Problem;
+use crate::http::problem::Problem;
+use crate::object::delivery::{self, Attempt};
+use crate::object::group_commit::{Answer, Batcher};
+use crate::object::live::{self, Attachment, Due, Pusher};
+use crate::object::product::{ProductObject, Settled};
+use crate::protocol::Command;
 use crate::settings::Forwarding;
-use crate::wasm::sqlite::DoSql;
+use crate::wasm::object::sqlite::DoSql;
 use crate::wasm::{config, http};
 use flashgate_wire::signing::{self, Purpose};
 use flashgate_wire::Batch;
@@ -141,7 +141,7 @@ impl ProductGate {
             return http::problem(Problem::live_full(
                 product_id,
                 sockets_max,
-                crate::edge_cache::SNAPSHOT_FRESH_MS,
+                crate::limits::SNAPSHOT_FRESH_MS,
             ));
         }
         // The client's own share, counted by the tag its sockets carry
@@ -151,8 +151,8 @@ impl ProductGate {
             if !live::admits_client(mine) {
                 return http::problem(Problem::live_full_for_client(
                     product_id,
-                    live::LIVE_SOCKETS_PER_CLIENT_MAX,
-                    crate::edge_cache::SNAPSHOT_FRESH_MS,
+                    crate::limits::LIVE_SOCKETS_PER_CLIENT_MAX,
+                    crate::limits::SNAPSHOT_FRESH_MS,
                 ));
             }
         }
@@ -192,7 +192,7 @@ impl ProductGate {
     async fn drain_outbox(&self) -> worker::Result<()> {
         let settings = config::settings(&self.env).ok();
         let forwarding = settings.as_ref().and_then(|s| s.forwarding.as_ref());
-        for _ in 0..delivery::BATCHES_PER_ALARM_MAX {
+        for _ in 0..crate::limits::BATCHES_PER_ALARM_MAX {
             let lease = self.object.borrow_mut().lease(&mut self.store(), now_ms());
             let Some(lease) = lease.map_err(|e| worker::Error::RustError(e.0))? else {
                 return Ok(());
@@ -340,7 +340,7 @@ async fn send(forwarding: &Forwarding, batch: &Batch) -> Attempt {
         let body = resp.bytes().await.map_err(|e| e.to_string())?;
         Ok::<_, String>((status, body))
     };
-    let timeout = Delay::from(Duration::from_millis(delivery::ORIGIN_TIMEOUT_MS));
+    let timeout = Delay::from(Duration::from_millis(crate::limits::ORIGIN_TIMEOUT_MS));
     // Bound to a name, not returned from the `match`: the select's result
     // holds the unfinished future, which borrows `fetcher` and `signal`, and
     // a tail expression's temporaries would outlive them.
@@ -494,7 +494,7 @@ impl ProductGate {
         // promise), else as the body. Text and serde_json, not
         // `req.json()`: parsing in Rust is cheaper than building a JS
         // object and converting it field by field.
-        let text = match command(&req, crate::api::COMMAND_HEADER) {
+        let text = match command(&req, crate::protocol::COMMAND_HEADER) {
             Some(header) => Ok(header),
             None => JsFuture::from(req.text()?)
                 .await

@@ -5,7 +5,7 @@
 use flashgate_wire::ProblemDocument;
 use serde_json::{Map, Value};
 
-use crate::codes::ProblemCode;
+use crate::http::codes::ProblemCode;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Problem {

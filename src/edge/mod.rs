@@ -1,0 +1,13 @@
+//! The edge: what the Worker decides before (and instead of) a trip to a
+//! product's object. Routing and validation into a `Command` (`routes`),
+//! who may do what (`auth`), the rate limits' policies (`rate_limit`),
+//! waiting-room tickets (`ticket`), the snapshots the edge answers from
+//! (`cache`) and the pages it serves (`page`). Pure: `crate::wasm::edge`
+//! executes it. Never imports `crate::object`.
+
+pub mod auth;
+pub mod cache;
+pub mod page;
+pub mod rate_limit;
+pub mod routes;
+pub mod ticket;

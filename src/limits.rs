@@ -1,0 +1,137 @@
+//! Every limit of the Worker and its objects, in one place, units last.
+//! Each bounds a memory, a time or a rate against a flash sale's crowd;
+//! the core's own (stock, buyers, holds) are in `flashgate_core::limits`
+//! and the origin's wire bounds in `flashgate_wire::bounds`.
+
+// ids.rs
+
+/// Codecs kept per isolate by `IdCodec::of`: a bound on a cache whose keys
+/// come from requests (product ids); at the bound it starts afresh.
+pub const CODECS_CACHED_MAX: usize = 1024;
+
+// edge/auth.rs
+
+/// How long a dev session's token lasts.
+pub const SESSION_TTL_S: u64 = 60 * 60;
+
+/// Buyer tokens whose signature the isolate remembers having checked
+/// (`signed_by`): a bound on a cache whose keys come from requests; at the
+/// bound it starts afresh.
+pub const TOKENS_REMEMBERED_MAX: usize = 2048;
+
+// edge/cache.rs
+
+/// How long a snapshot answers for the edge.
+pub const SNAPSHOT_FRESH_MS: u64 = 1_000;
+
+/// Products an isolate keeps snapshots of; the map is cleared at this
+/// size, which bounds its memory against requests for many random ids.
+pub const EDGE_PRODUCTS_MAX: usize = 1_024;
+
+/// Tickets named (`Arrivals::named`) in all of an isolate's reports, sent
+/// and unsent, together: each report names at most
+/// `limits::ARRIVALS_NAMED_MAX`, and this bounds them across products
+/// (about 24 bytes each). Past it a ticket is counted unnamed.
+pub const EDGE_NAMED_MAX: usize = 16_384;
+
+/// The oldest snapshot served while another request's fetch is slow.
+pub const SNAPSHOT_STALE_MAX_MS: u64 = 10_000;
+
+// edge/routes.rs
+
+/// The largest request body the edge reads.
+pub const BODY_BYTES_MAX: usize = 4 * 1024;
+
+// edge/ticket.rs
+
+/// The longest ticket accepted, in bytes.
+pub const TICKET_BYTES_MAX: usize = 512;
+
+// object/catalog.rs
+
+/// The most products the catalog registers. An update of a product already
+/// registered always passes; a new one past this is refused
+/// (`catalog_full`).
+pub const PRODUCTS_MAX: usize = 10_000;
+
+/// The most products one listing looks at: the newest registered. Each is
+/// read through the edge cache, so a listing costs at most this many
+/// object reads per isolate per second.
+pub const LISTED_MAX: usize = 50;
+
+// object/product.rs
+
+/// The most commands one batch applies: a bound on the work of one turn
+/// (and on the replies a failed flush turns into 503s). Commands beyond it
+/// wait for the next batch.
+pub const COMMANDS_PER_BATCH_MAX: usize = 256;
+
+// object/delivery.rs
+
+/// How long one delivery to the origin may take before it counts as failed.
+pub const ORIGIN_TIMEOUT_MS: u64 = 10_000;
+
+/// Batches one alarm sends before yielding; the next alarm continues.
+pub const BATCHES_PER_ALARM_MAX: usize = 20;
+
+/// The most events one batch carries: what the origin accepts.
+pub const EVENTS_PER_BATCH_MAX: usize = flashgate_wire::bounds::ORDERS_PER_BATCH_MAX;
+
+// object/live.rs
+
+/// The shortest time between two pushes of one product: at most 10 a second.
+pub const PUSH_INTERVAL_MS: u64 = 100;
+
+/// What one send to one socket costs workerd, in microseconds of CPU.
+/// Measured (`node bench/live.mjs`): 58 us per socket for this object's
+/// broadcast and 62 us for a JavaScript object that does nothing but fan
+/// out, so it is the runtime's own cost of a WebSocket send.
+pub const SEND_US_PER_SOCKET: u64 = 60;
+
+/// The most of its time an object spends on fan-out: pushes to many sockets
+/// come less often, so that the object keeps deciding reservations.
+pub const FANOUT_SHARE_MAX_PERCENT: u64 = 25;
+
+/// The most sockets one product's object keeps by default. Past it, a new
+/// viewer is refused with `live_full` and told to poll the edge-cached
+/// product read, so that a hot product's object does not spend its time on
+/// fan-out. Measured (`node bench/live.mjs`, ARCHITECTURE.md "Live
+/// updates"): a broadcast to 2,000 sockets costs workerd about 116 ms of
+/// CPU, the runtime's own cost of 2,000 sends, so pushes to that many come
+/// about twice a second (`push_interval_ms`).
+pub const LIVE_SOCKETS_MAX_DEFAULT: u32 = 2_000;
+
+/// The most a deployment may set (`LIVE_SOCKETS_MAX`): workerd keeps at
+/// most 32,768 hibernatable sockets per object.
+pub const LIVE_SOCKETS_MAX_MAX: u32 = 32_000;
+
+/// The most sockets one client (an address, an IPv6 client's /64: the IP
+/// limit's key) keeps open on one product: a few tabs. Without it a handful
+/// of addresses could take every place (`LIVE_SOCKETS_MAX`) and hold it,
+/// since the runtime answers their pings, and every other viewer would be
+/// sent to poll.
+pub const LIVE_SOCKETS_PER_CLIENT_MAX: usize = 8;
+
+// protocol/mod.rs
+
+/// The most bytes of a command sent as a header; a larger one (a snapshot
+/// request carrying many seconds of arrivals) goes as the body.
+pub const COMMAND_HEADER_BYTES_MAX: usize = 4096;
+
+// wasm/edge/mod.rs
+
+/// How long the edge reuses the catalog's list: a new product shows within
+/// this much of being created.
+pub const LISTED_FRESH_MS: u64 = 5_000;
+
+/// How long a request waits for another's snapshot fetch, and how often it
+/// looks.
+pub const REFRESH_WAIT_MAX_MS: u64 = 2_000;
+
+pub const REFRESH_POLL_MS: u64 = 5;
+
+// wasm/object/sqlite.rs
+
+/// Rows read from a cursor per call: a query's rows are never all held at
+/// once (a restore streams every row of the object), and a chunk is small.
+pub const ROWS_PER_CALL_MAX: u32 = 256;

@@ -1,0 +1,57 @@
+//! What the object publishes to the edge: its product view, its stock
+//! level and state, its waiting room, and the buyers whose reserves must
+//! still reach it. The edge's answers from a snapshot are in
+//! `crate::edge::cache`.
+
+use flashgate_core::{Admission, Rules};
+use flashgate_wire::SaleState;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::buyer_filter::BuyerFilter;
+
+/// The waiting room as the edge needs it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueSnapshot {
+    pub admit_per_s: u32,
+    pub opens_at_ms: Option<u64>,
+    pub prequeue_ms: u64,
+    pub ticket_ttl_ms: u64,
+    pub admission: Admission,
+}
+
+impl QueueSnapshot {
+    pub fn rules(&self) -> Rules {
+        Rules {
+            admit_per_s: self.admit_per_s,
+            opens_at_ms: self.opens_at_ms,
+        }
+    }
+}
+
+/// What the object publishes to the edge.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// The object's clock when it answered.
+    pub at_ms: u64,
+    /// The product as `GET /api/products/{id}` answers it.
+    pub product: Value,
+    pub available: u64,
+    pub state: SaleState,
+    /// Present when the product has a waiting room.
+    pub queue: Option<QueueSnapshot>,
+    /// Present when nothing is available: the buyers whose reserves must
+    /// still reach the object.
+    pub buyers: Option<BuyerFilter>,
+}
+
+/// A ticket's standing in the waiting room.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Standing {
+    pub admitted: bool,
+    /// About how many buyers are ahead.
+    pub position: u64,
+    /// About how long until admission, in seconds; `None` while the room
+    /// does not advance (nothing to sell, or paused).
+    pub eta_s: Option<u64>,
+}
