@@ -23,7 +23,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use flashgate::ids::IdCodec;
 use flashgate::object::delivery::{self, Attempt};
-use flashgate::object::product::{Lease, ProductObject, Settled, Storage, StorageError};
+use flashgate::object::product::{DeliveryOutcome, Lease, ProductObject, Storage, StorageError};
 use flashgate::protocol::Command;
 use flashgate_core::{
     splitmix64, Archive, Change, ConfigPatch, HoldState, ItemKey, OutboxEvent, ReservationRow, Row,
@@ -399,11 +399,12 @@ impl Sim {
     fn acknowledged(&mut self, cmd: &Command, reply: &flashgate::http::reply::Reply) -> String {
         let desc = format!("{cmd:?}");
         // What a 2xx acknowledged must be in storage now.
-        if matches!(cmd, Command::Upsert { .. } | Command::Restock { .. }) && reply.status < 300 {
+        if matches!(cmd, Command::Configure { .. } | Command::Restock { .. }) && reply.status < 300
+        {
             self.acked_total = reply.body["stock_total"].as_u64();
         }
         match (cmd, reply.status) {
-            (Command::Upsert { .. }, 201) => self.created = true,
+            (Command::Configure { .. }, 201) => self.created = true,
             (Command::Reserve { buyer, .. }, 201) => {
                 let id: u64 = reply.body["reservation_id"]
                     .as_str()
@@ -493,14 +494,14 @@ impl Sim {
         let seed = self.rng.next();
         match self
             .object
-            .settle(&mut self.store, lease, result, self.now, seed)
+            .handle_delivery(&mut self.store, lease, result, self.now, seed)
         {
-            Ok(Settled::Stale) => {
+            Ok(DeliveryOutcome::Stale) => {
                 self.stale += 1;
                 format!("deliver {orders}: stale")
             }
             Ok(s) => {
-                if let Settled::Acked { refused, .. } = s {
+                if let DeliveryOutcome::Acked { refused, .. } = s {
                     assert_eq!(refused, 0, "the origin never refuses");
                 }
                 format!("deliver {orders}: {s:?}")
@@ -540,7 +541,7 @@ impl Sim {
                     idem_window_ms: Some(self.rng.below(2_000)),
                     ..ConfigPatch::default()
                 };
-                self.command(Command::Upsert {
+                self.command(Command::Configure {
                     product_id: PRODUCT.into(),
                     patch,
                 })
@@ -597,7 +598,7 @@ impl Sim {
                     };
                     arrivals.add(&t, None);
                 }
-                self.command(Command::Snapshot {
+                self.command(Command::Sync {
                     product_id: PRODUCT.into(),
                     arrivals,
                 })
@@ -791,9 +792,9 @@ impl Sim {
                 let result = Ok(answer);
                 let s = self
                     .object
-                    .settle(&mut self.store, lease, result, self.now, 1)
+                    .handle_delivery(&mut self.store, lease, result, self.now, 1)
                     .expect("no faults now");
-                assert!(matches!(s, Settled::Acked { .. }), "{s:?}");
+                assert!(matches!(s, DeliveryOutcome::Acked { .. }), "{s:?}");
             }
             self.arm();
             let backlog = self

@@ -224,8 +224,8 @@ fn sqlite_restores_exactly_what_the_gate_wrote() {
                         }),
                         ..ConfigPatch::default()
                     };
-                    let _ = gate.update(a, now, &patch);
-                    let _ = gate.add_units(a, now, rng.below(3));
+                    let _ = gate.configure(a, now, &patch);
+                    let _ = gate.restock(a, now, rng.below(3));
                 }
             }
             let store = reader
@@ -258,7 +258,7 @@ fn sqlite_restores_exactly_what_the_gate_wrote() {
 fn an_object_over_sqlite_survives_a_reload() {
     let mut store = Lite::new();
     let mut obj = ProductObject::new(SECRET);
-    let create = Command::Upsert {
+    let create = Command::Configure {
         product_id: "p1".into(),
         patch: serde_json::from_str(r#"{"stock_total": 3, "opens_at_ms": null}"#).unwrap(),
     };
@@ -298,7 +298,7 @@ fn a_batch_that_creates_a_product_can_read_its_storage_in_a_later_command() {
     let mut store = Lite::new();
     let mut obj = ProductObject::new(SECRET);
     let batch = vec![
-        Command::Upsert {
+        Command::Configure {
             product_id: "p1".into(),
             patch: serde_json::from_str(
                 r#"{"stock_total": 100, "per_buyer_max": 4, "opens_at_ms": null}"#,
@@ -309,7 +309,7 @@ fn a_batch_that_creates_a_product_can_read_its_storage_in_a_later_command() {
             product_id: "p1".into(),
             units: 5_000,
         },
-        Command::Upsert {
+        Command::Configure {
             product_id: "p1".into(),
             patch: serde_json::from_str(r#"{"per_buyer_max": 2}"#).unwrap(),
         },
@@ -363,7 +363,7 @@ fn reserve(buyer: &str, key: &str) -> Command {
 /// statement position of the batch is tried.
 #[test]
 fn a_failure_inside_a_batch_stores_none_of_it() {
-    let create = Command::Upsert {
+    let create = Command::Configure {
         product_id: "p1".into(),
         patch: serde_json::from_str(r#"{"stock_total": 50, "opens_at_ms": null}"#).unwrap(),
     };

@@ -140,7 +140,7 @@ impl Buyers {
     pub fn adopt(&mut self, slot: BuyerSlot, units: u32, archived: u32) {
         if units > 0 {
             self.away -= 1;
-            self.add_units(slot, units);
+            self.restock(slot, units);
         }
         self.entry_mut(slot).archived += archived;
     }
@@ -188,7 +188,7 @@ impl Buyers {
         self.free.push(slot);
     }
 
-    pub fn add_units(&mut self, slot: BuyerSlot, units: u32) {
+    pub fn restock(&mut self, slot: BuyerSlot, units: u32) {
         if units == 0 {
             return;
         }

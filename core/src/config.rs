@@ -92,7 +92,7 @@ pub mod limits {
 }
 
 /// The admin-set mode of a sale. The phase a buyer sees also depends on the
-/// sale window; see [`Phase`].
+/// sale window; see [`SaleState`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
@@ -124,20 +124,20 @@ impl Mode {
 
 /// What a buyer sees at an instant: the mode combined with the window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
+pub enum SaleState {
     Scheduled,
     Open,
     Paused,
     Closed,
 }
 
-impl Phase {
+impl SaleState {
     pub fn as_str(self) -> &'static str {
         match self {
-            Phase::Scheduled => "scheduled",
-            Phase::Open => "open",
-            Phase::Paused => "paused",
-            Phase::Closed => "closed",
+            SaleState::Scheduled => "scheduled",
+            SaleState::Open => "open",
+            SaleState::Paused => "paused",
+            SaleState::Closed => "closed",
         }
     }
 }
@@ -178,7 +178,7 @@ pub struct Config {
     /// How long a waiting-room ticket lives from its arrival.
     pub ticket_ttl_ms: u64,
     /// At most this many reserve attempts per buyer per `attempt_window_ms`
-    /// reach a decision; more are refused with `Paced`. Replays are free.
+    /// reach a decision; more are refused with `RateLimited`. Replays are free.
     pub attempts_per_window_max: u32,
     pub attempt_window_ms: u64,
 }
@@ -315,17 +315,17 @@ impl Config {
     }
 
     /// The phase a buyer sees at `now_ms` under `mode`.
-    pub fn phase(&self, mode: Mode, now_ms: u64) -> Phase {
+    pub fn phase(&self, mode: Mode, now_ms: u64) -> SaleState {
         // A sale past its window is closed whatever its mode, and a pause
         // outranks the schedule, so that an admin's pause is what buyers see.
         if mode == Mode::Closed || self.closes_at_ms.is_some_and(|c| now_ms >= c) {
-            Phase::Closed
+            SaleState::Closed
         } else if mode == Mode::Paused {
-            Phase::Paused
+            SaleState::Paused
         } else if self.opens_at_ms.is_some_and(|o| now_ms < o) {
-            Phase::Scheduled
+            SaleState::Scheduled
         } else {
-            Phase::Open
+            SaleState::Open
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::admission::{Admission, Arrivals, Rules, Ticket};
 use crate::archive::Archive;
 use crate::bloom::Bloom;
 use crate::buyers::{BuyerSlot, Buyers};
-use crate::config::{limits, Config, ConfigPatch, Mode, Phase};
+use crate::config::{limits, Config, ConfigPatch, Mode, SaleState};
 use crate::outbox::{Outbox, OutboxEntry, OutboxEvent};
 use crate::outcome::{
     AckOutcome, AdminRefusal, CancelOutcome, ConfirmOutcome, Confirmation, InvalidInput,
@@ -449,7 +449,7 @@ impl Gate {
         self.stock_total
     }
 
-    pub fn phase(&self, now_ms: u64) -> Phase {
+    pub fn phase(&self, now_ms: u64) -> SaleState {
         self.config.phase(self.mode, now_ms)
     }
 
@@ -534,9 +534,9 @@ impl Gate {
         // refused or not: that is what bounds a script's clicks.
         let window_ms = self.config.attempt_window_ms;
         let most = self.config.attempts_per_window_max;
-        if let Err(paced) = self.pacing.attempt(buyer, now_ms, window_ms, most) {
-            return ReserveOutcome::Paced {
-                retry_after_ms: paced.retry_after_ms,
+        if let Err(limited) = self.pacing.attempt(buyer, now_ms, window_ms, most) {
+            return ReserveOutcome::RateLimited {
+                retry_after_ms: limited.retry_after_ms,
             };
         }
         if quantity == 0 || quantity > self.config.quantity_max {
@@ -545,14 +545,14 @@ impl Gate {
             };
         }
         match self.phase(now_ms) {
-            Phase::Open => {}
-            Phase::Scheduled => {
+            SaleState::Open => {}
+            SaleState::Scheduled => {
                 return ReserveOutcome::NotOpen {
                     opens_at_ms: self.config.opens_at_ms.unwrap_or(0),
                 }
             }
-            Phase::Paused => return ReserveOutcome::Paused,
-            Phase::Closed => return ReserveOutcome::Closed,
+            SaleState::Paused => return ReserveOutcome::Paused,
+            SaleState::Closed => return ReserveOutcome::Closed,
         }
         if self.config.admit_per_s > 0 {
             let Some(ticket) = ticket else {
@@ -597,7 +597,7 @@ impl Gate {
         self.next_id += 1;
         let expires_at_ms = now_ms.saturating_add(self.config.hold_ttl_ms);
         let buyer = self.slot_for(buyer, slot, away.as_ref());
-        self.buyers.add_units(buyer, quantity);
+        self.buyers.restock(buyer, quantity);
         self.store.insert(
             id,
             Reservation {
@@ -1052,7 +1052,7 @@ impl Gate {
 
     // ----- admin ------------------------------------------------------------
 
-    pub fn add_units(
+    pub fn restock(
         &mut self,
         archive: &dyn Archive,
         now_ms: u64,
@@ -1083,7 +1083,7 @@ impl Gate {
         now_ms: u64,
         stock_total: u64,
     ) -> Result<(), AdminRefusal> {
-        self.update(
+        self.configure(
             archive,
             now_ms,
             &ConfigPatch {
@@ -1095,7 +1095,7 @@ impl Gate {
 
     pub fn set_mode(&mut self, now_ms: u64, mode: Mode) -> Result<(), AdminRefusal> {
         // The rules do not change, so storage is not read.
-        self.update(
+        self.configure(
             &crate::archive::NoArchive,
             now_ms,
             &ConfigPatch {
@@ -1107,7 +1107,7 @@ impl Gate {
 
     /// Replaces the rules. New rules apply to new requests; live holds keep
     /// their expiry.
-    pub fn configure(
+    pub fn set_rules(
         &mut self,
         archive: &dyn Archive,
         now_ms: u64,
@@ -1127,7 +1127,7 @@ impl Gate {
             attempts_per_window_max,
             attempt_window_ms,
         } = *config;
-        self.update(
+        self.configure(
             archive,
             now_ms,
             &ConfigPatch {
@@ -1152,7 +1152,7 @@ impl Gate {
     /// together: all of it, or none if any part is refused.
     /// `per_buyer_max` may not drop below what a buyer already holds or
     /// bought, so that the per-buyer invariant keeps holding.
-    pub fn update(
+    pub fn configure(
         &mut self,
         archive: &dyn Archive,
         now_ms: u64,

@@ -34,7 +34,7 @@ mod store;
 
 pub use admission::{Admission, Arrivals, Named, QueueKey, Rules, Ticket, Watermark};
 pub use archive::{Archive, NoArchive};
-pub use config::{limits, Config, ConfigError, ConfigPatch, Mode, Phase};
+pub use config::{limits, Config, ConfigError, ConfigPatch, Mode, SaleState};
 pub use gate::{Gate, ReservationView};
 pub use mix::splitmix64;
 pub use outbox::{backoff_ms, OutboxEntry, OutboxEvent};

@@ -96,7 +96,7 @@ pub enum ReserveOutcome {
     },
     /// The buyer made `attempts_per_window_max` attempts in this window;
     /// the next is allowed after `retry_after_ms`.
-    Paced {
+    RateLimited {
         retry_after_ms: u64,
     },
     /// The product has a waiting room and the request carried no ticket.
@@ -124,7 +124,7 @@ outcome_kinds! {
         InvalidQuantity => "invalid_quantity",
         InvalidInput => "invalid_input",
         Overloaded => "overloaded",
-        Paced => "rate_limited",
+        RateLimited => "rate_limited",
         TicketRequired => "ticket_required",
         TicketExpired => "ticket_expired",
         NotAdmitted => "not_admitted",

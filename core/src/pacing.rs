@@ -21,9 +21,9 @@ pub struct Pacing {
     counts: HashMap<Box<str>, u32>,
 }
 
-/// A paced attempt: when the buyer may try again.
+/// A rate-limited attempt: when the buyer may try again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Paced {
+pub struct RateLimited {
     pub retry_after_ms: u64,
 }
 
@@ -35,7 +35,7 @@ impl Pacing {
         now_ms: u64,
         window_ms: u64,
         max: u32,
-    ) -> Result<(), Paced> {
+    ) -> Result<(), RateLimited> {
         let window_ms = window_ms.max(1);
         let window = now_ms / window_ms;
         if window != self.window {
@@ -43,7 +43,7 @@ impl Pacing {
             self.counts.clear();
         }
         match self.counts.get_mut(buyer) {
-            Some(n) if *n >= max => Err(Paced {
+            Some(n) if *n >= max => Err(RateLimited {
                 retry_after_ms: ((window + 1) * window_ms).saturating_sub(now_ms).max(1),
             }),
             Some(n) => {
@@ -72,7 +72,7 @@ mod tests {
         }
         assert_eq!(
             p.attempt("a", 10_700, 1_000, 3),
-            Err(Paced {
+            Err(RateLimited {
                 retry_after_ms: 300
             })
         );

@@ -392,7 +392,7 @@ impl Restorer {
             match known {
                 // The buyer has records in memory: its slot counts these.
                 Some(slot) => {
-                    gate.buyers.add_units(slot, units);
+                    gate.buyers.restock(slot, units);
                     gate.buyers.restore_archived(slot);
                 }
                 // Otherwise nothing of the buyer stays in memory but the
@@ -410,7 +410,7 @@ impl Restorer {
             return Ok(());
         }
         let buyer = gate.buyers.acquire(&row.buyer, Some(known));
-        gate.buyers.add_units(buyer, units);
+        gate.buyers.restock(buyer, units);
         gate.store.insert(
             id,
             Reservation {

@@ -1,6 +1,6 @@
 //! What the gate reports about itself.
 
-use crate::config::Phase;
+use crate::config::SaleState;
 use crate::outcome::{CancelKind, ConfirmKind, ReserveKind};
 
 /// Outcome counts since this gate was created or restored. They are
@@ -63,7 +63,7 @@ impl Counters {
 /// updates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Levels {
-    pub phase: Phase,
+    pub phase: SaleState,
     pub stock_total: u64,
     pub available: u64,
     pub held: u64,
@@ -72,7 +72,7 @@ pub struct Levels {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stats {
-    pub phase: Phase,
+    pub phase: SaleState,
     pub stock_total: u64,
     pub available: u64,
     pub held: u64,

@@ -52,7 +52,7 @@ fn a_restock_rebuilds_the_paying_buyers_filter_from_storage() {
     let before = gate.buyers_filter().bytes().len();
 
     // Far past what the filter was sized for: it is rebuilt, larger.
-    gate.add_units(&storage, 3, 1_000_000).unwrap();
+    gate.restock(&storage, 3, 1_000_000).unwrap();
     write(&mut gate, &mut storage);
     let after = gate.buyers_filter();
     assert!(

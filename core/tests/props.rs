@@ -147,7 +147,7 @@ fn apply(g: &mut Gate, now: &mut u64, op: &Op) -> Result<(), TestCaseError> {
             prop_assert_eq!(g.stats(*now), s);
         }
         Op::AddUnits(n) => {
-            prop_assert_eq!(g.add_units(&NoArchive, *now, n), Ok(()));
+            prop_assert_eq!(g.restock(&NoArchive, *now, n), Ok(()));
             let after = g.stats(*now);
             prop_assert_eq!(after.stock_total, before.stock_total + n);
         }

@@ -76,7 +76,7 @@ impl Harness {
             "cancel" => format!("{:?}", g.cancel(&NoArchive, now, num(1), w[2])),
             "timeout" => format!("expired {}", g.handle_timeout(now)),
             "next" => format!("{:?}", g.poll_timeout()),
-            "add" => format!("{:?}", g.add_units(&NoArchive, now, num(1))),
+            "add" => format!("{:?}", g.restock(&NoArchive, now, num(1))),
             "total" => format!("{:?}", g.set_total(&NoArchive, now, num(1))),
             "pause" => format!("{:?}", g.set_mode(now, Mode::Paused)),
             "resume" => format!("{:?}", g.set_mode(now, Mode::Active)),

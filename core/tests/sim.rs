@@ -28,7 +28,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use flashgate_core::{
     backoff_ms, limits, splitmix64, AckOutcome, AdminRefusal, Admission, Arrivals, CancelOutcome,
     Change, Config, ConfirmOutcome, Confirmation, Gate, HoldState, InvalidInput, ItemKey, Mode,
-    OutboxEvent, Phase, ReservationView, ReserveOutcome, Row, RowKey, Rules, Ticket, Voided,
+    OutboxEvent, ReservationView, ReserveOutcome, Row, RowKey, Rules, SaleState, Ticket, Voided,
 };
 
 /// A tiny deterministic generator: the core's splitmix64. The test needs no
@@ -291,7 +291,7 @@ impl Model {
         }
         match self.pace.get(buyer).copied() {
             Some(n) if n >= self.config.attempts_per_window_max => {
-                return ReserveOutcome::Paced {
+                return ReserveOutcome::RateLimited {
                     retry_after_ms: (window + 1) * self.config.attempt_window_ms - now,
                 };
             }
@@ -960,13 +960,13 @@ impl Sim {
         match self.rng.below(7) {
             0 => {
                 let n = self.rng.range(0, 10);
-                let got = self.gate.add_units(&self.storage, now, n);
+                let got = self.gate.restock(&self.storage, now, n);
                 assert_eq!(got, Ok(()));
                 if n > 0 {
                     m.total += n;
                     m.emit(MEvent::Stock(m.total));
                 }
-                format!("add_units({n})")
+                format!("restock({n})")
             }
             1 => {
                 let t = committed.saturating_sub(3) + self.rng.range(0, 12);
@@ -1027,7 +1027,7 @@ impl Sim {
                 }
                 let most = self.buyers.iter().map(|b| m.used(b)).max().unwrap_or(0);
                 let c = with_prequeue(&mut self.rng, c);
-                let got = self.gate.configure(&self.storage, now, &c);
+                let got = self.gate.set_rules(&self.storage, now, &c);
                 let want = if c.per_buyer_max < most {
                     Err(AdminRefusal::BuyerAboveLimit { units: most })
                 } else {
@@ -1182,16 +1182,16 @@ impl Sim {
 }
 
 /// The phase, computed from the model's own reading of the rules.
-fn model_phase(m: &Model, now: u64) -> Phase {
+fn model_phase(m: &Model, now: u64) -> SaleState {
     let c = &m.config;
     if m.mode == Mode::Closed || c.closes_at_ms.is_some_and(|t| now >= t) {
-        Phase::Closed
+        SaleState::Closed
     } else if m.mode == Mode::Paused {
-        Phase::Paused
+        SaleState::Paused
     } else if c.opens_at_ms.is_some_and(|t| now < t) {
-        Phase::Scheduled
+        SaleState::Scheduled
     } else {
-        Phase::Open
+        SaleState::Open
     }
 }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
-use flashgate::codes::ProblemCode;
+use flashgate::http::codes::ProblemCode;
 use flashgate_wire::bounds;
 use flashgate_wire::keys::KeySet;
 use flashgate_wire::signing::{self, Purpose};

@@ -38,7 +38,7 @@ pub enum RouteKind {
     GetReservation,
     Confirm,
     Cancel,
-    AdminPut,
+    AdminConfigure,
     AdminStats,
     AdminRestock,
     AdminVoid,
@@ -88,7 +88,11 @@ pub const ROUTES: &[(&str, &str, RouteKind)] = &[
         "/api/products/{product_id}/reservations/{reservation_id}/cancel",
         RouteKind::Cancel,
     ),
-    ("PUT", "/admin/products/{product_id}", RouteKind::AdminPut),
+    (
+        "PUT",
+        "/admin/products/{product_id}",
+        RouteKind::AdminConfigure,
+    ),
     (
         "POST",
         "/admin/products/{product_id}/restock",
@@ -152,7 +156,7 @@ pub enum ApiRoute {
     GetReservation(String, String),
     Confirm(String, String),
     Cancel(String, String),
-    AdminPut(String),
+    AdminConfigure(String),
     AdminStats(String),
     /// The gate's stats beside the origin's totals: the edge asks the
     /// object for its stats, then the origin.
@@ -165,7 +169,7 @@ impl ApiRoute {
     pub fn is_admin(&self) -> bool {
         matches!(
             self,
-            ApiRoute::AdminPut(_)
+            ApiRoute::AdminConfigure(_)
                 | ApiRoute::AdminStats(_)
                 | ApiRoute::AdminDrift(_)
                 | ApiRoute::AdminRestock(_)
@@ -180,7 +184,7 @@ impl ApiRoute {
             | ApiRoute::GetReservation(p, _)
             | ApiRoute::Confirm(p, _)
             | ApiRoute::Cancel(p, _)
-            | ApiRoute::AdminPut(p)
+            | ApiRoute::AdminConfigure(p)
             | ApiRoute::AdminStats(p)
             | ApiRoute::AdminDrift(p)
             | ApiRoute::AdminRestock(p)
@@ -338,7 +342,7 @@ pub fn route(method: &str, path: &str) -> Result<Route, Problem> {
         }
         RouteKind::Confirm => Route::Api(ApiRoute::Confirm(product()?, reservation()?)),
         RouteKind::Cancel => Route::Api(ApiRoute::Cancel(product()?, reservation()?)),
-        RouteKind::AdminPut => Route::Api(ApiRoute::AdminPut(product()?)),
+        RouteKind::AdminConfigure => Route::Api(ApiRoute::AdminConfigure(product()?)),
         RouteKind::AdminStats => Route::Api(ApiRoute::AdminStats(product()?)),
         RouteKind::AdminRestock => Route::Api(ApiRoute::AdminRestock(product()?)),
         RouteKind::AdminVoid => Route::Api(ApiRoute::AdminVoid(product()?, reservation()?)),
@@ -497,7 +501,7 @@ pub fn parse(
             reservation_id: internal(&product_id, &rid)?,
             product_id,
         },
-        ApiRoute::AdminPut(product_id) => Command::Upsert {
+        ApiRoute::AdminConfigure(product_id) => Command::Configure {
             product_id,
             patch: json_body(inc, "a product update")?,
         },
@@ -844,7 +848,7 @@ mod tests {
             b"{\"stock_total\":100,\"opens_at_ms\":null,\"hold_ttl_ms\":2000}",
         );
         let cmd = run(&i).unwrap();
-        let Command::Upsert { patch, .. } = &cmd else {
+        let Command::Configure { patch, .. } = &cmd else {
             panic!("not an upsert: {cmd:?}")
         };
         assert_eq!(patch.stock_total, Some(100));
@@ -944,7 +948,7 @@ mod tests {
             ApiRoute::GetReservation(..) => RouteKind::GetReservation,
             ApiRoute::Confirm(..) => RouteKind::Confirm,
             ApiRoute::Cancel(..) => RouteKind::Cancel,
-            ApiRoute::AdminPut(_) => RouteKind::AdminPut,
+            ApiRoute::AdminConfigure(_) => RouteKind::AdminConfigure,
             ApiRoute::AdminStats(_) => RouteKind::AdminStats,
             ApiRoute::AdminDrift(_) => RouteKind::AdminDrift,
             ApiRoute::AdminRestock(_) => RouteKind::AdminRestock,

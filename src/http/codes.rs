@@ -110,7 +110,7 @@ impl ProblemCode {
             ReserveKind::InvalidQuantity => ProblemCode::InvalidQuantity,
             ReserveKind::InvalidInput => ProblemCode::InvalidInput,
             ReserveKind::Overloaded => ProblemCode::Overloaded,
-            ReserveKind::Paced => ProblemCode::RateLimited,
+            ReserveKind::RateLimited => ProblemCode::RateLimited,
             ReserveKind::TicketRequired => ProblemCode::TicketRequired,
             ReserveKind::TicketExpired => ProblemCode::TicketExpired,
             ReserveKind::NotAdmitted => ProblemCode::NotAdmitted,

@@ -215,7 +215,7 @@ impl Problem {
     }
 
     /// A buyer over the object's pace for this window.
-    pub fn paced(retry_after_ms: u64) -> Self {
+    pub fn rate_limited(retry_after_ms: u64) -> Self {
         Problem::new(
             ProblemCode::RateLimited,
             "too many reserve attempts for this buyer; wait before trying again",

@@ -2,8 +2,8 @@
 //! confirmation, and the admin stats (the wire crate's `GateStats`).
 
 use flashgate_core::{
-    CancelKind, ConfirmKind, Confirmation, Gate, HoldState, Phase, ReservationView, ReserveKind,
-    Stats, Voided,
+    CancelKind, ConfirmKind, Confirmation, Gate, HoldState, ReservationView, ReserveKind, Stats,
+    Voided,
 };
 use flashgate_wire::{CounterStats, GateStats, OutboxStats, QueueStats, SaleState};
 use serde::Serialize;
@@ -235,12 +235,12 @@ pub fn voided(ids: &IdCodec, v: &Voided) -> Value {
     })
 }
 
-pub fn sale_state(p: Phase) -> SaleState {
+pub fn sale_state(p: flashgate_core::SaleState) -> SaleState {
     match p {
-        Phase::Scheduled => SaleState::Scheduled,
-        Phase::Open => SaleState::Open,
-        Phase::Paused => SaleState::Paused,
-        Phase::Closed => SaleState::Closed,
+        flashgate_core::SaleState::Scheduled => SaleState::Scheduled,
+        flashgate_core::SaleState::Open => SaleState::Open,
+        flashgate_core::SaleState::Paused => SaleState::Paused,
+        flashgate_core::SaleState::Closed => SaleState::Closed,
     }
 }
 

@@ -24,7 +24,7 @@ use crate::protocol::Command;
 
 /// A queued command's place in line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Ticket(u64);
+pub struct CommandId(u64);
 
 /// What a queued command's request answers.
 #[derive(Clone, Debug, PartialEq)]
@@ -38,26 +38,26 @@ pub enum Answer {
 #[derive(Default)]
 pub struct Batcher {
     next: u64,
-    waiting: VecDeque<(Ticket, Command)>,
-    answers: BTreeMap<Ticket, Answer>,
+    waiting: VecDeque<(CommandId, Command)>,
+    answers: BTreeMap<CommandId, Answer>,
 }
 
 impl Batcher {
-    pub fn enqueue(&mut self, cmd: Command) -> Ticket {
-        let ticket = Ticket(self.next);
+    pub fn enqueue(&mut self, cmd: Command) -> CommandId {
+        let ticket = CommandId(self.next);
         self.next += 1;
         self.waiting.push_back((ticket, cmd));
         ticket
     }
 
     /// The oldest waiting commands, at most a batch of them.
-    pub fn take_batch(&mut self) -> (Vec<Ticket>, Vec<Command>) {
+    pub fn take_batch(&mut self) -> (Vec<CommandId>, Vec<Command>) {
         let n = self.waiting.len().min(COMMANDS_PER_BATCH_MAX);
         self.waiting.drain(..n).unzip()
     }
 
     /// Files the batch's outcome under each of its tickets.
-    pub fn answer(&mut self, tickets: Vec<Ticket>, outcome: Result<Vec<Reply>, StorageError>) {
+    pub fn answer(&mut self, tickets: Vec<CommandId>, outcome: Result<Vec<Reply>, StorageError>) {
         let answers: Vec<Answer> = match outcome {
             Ok(replies) => {
                 assert_eq!(replies.len(), tickets.len(), "one reply per command");
@@ -69,7 +69,7 @@ impl Batcher {
     }
 
     /// The answer for `ticket`, once its batch ran. Taking it removes it.
-    pub fn take_answer(&mut self, ticket: Ticket) -> Option<Answer> {
+    pub fn take_answer(&mut self, ticket: CommandId) -> Option<Answer> {
         self.answers.remove(&ticket)
     }
 
@@ -91,7 +91,7 @@ mod tests {
     #[test]
     fn each_request_takes_its_own_answer_once() {
         let mut b = Batcher::default();
-        let tickets: Vec<Ticket> = (0..3).map(|i| b.enqueue(read(i))).collect();
+        let tickets: Vec<CommandId> = (0..3).map(|i| b.enqueue(read(i))).collect();
         let (batch, cmds) = b.take_batch();
         assert_eq!(batch, tickets);
         assert_eq!(cmds, (0..3).map(read).collect::<Vec<_>>());
@@ -126,7 +126,7 @@ mod tests {
     #[test]
     fn a_batch_holds_at_most_its_limit_in_arrival_order() {
         let mut b = Batcher::default();
-        let tickets: Vec<Ticket> = (0..COMMANDS_PER_BATCH_MAX as u64 + 5)
+        let tickets: Vec<CommandId> = (0..COMMANDS_PER_BATCH_MAX as u64 + 5)
             .map(|i| b.enqueue(read(i)))
             .collect();
         let (first, _) = b.take_batch();

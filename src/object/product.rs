@@ -167,7 +167,7 @@ pub struct Lease {
 
 /// What became of a delivery's answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Settled {
+pub enum DeliveryOutcome {
     /// The origin applied the batch; its entries left the outbox. `refused`
     /// counts the events it refused (a disagreement, never expected).
     Acked { entries: u64, refused: u64 },
@@ -319,7 +319,7 @@ impl ProductObject {
         cmd: &Command,
         now_ms: u64,
     ) -> Result<Reply, StorageError> {
-        if matches!(cmd, Command::Snapshot { .. }) {
+        if matches!(cmd, Command::Sync { .. }) {
             self.delivery.snapshots += 1;
         }
         let existed = self.product.is_some();
@@ -420,33 +420,33 @@ impl ProductObject {
     /// Applies a delivery's result, after the await that produced it: an
     /// ack or a nack of the lease, written at once. `jitter_seed` spreads
     /// the retry.
-    pub fn settle(
+    pub fn handle_delivery(
         &mut self,
         store: &mut impl Storage,
         lease: Lease,
         result: Result<BatchResult, DeliveryError>,
         now_ms: u64,
         jitter_seed: u64,
-    ) -> Result<Settled, StorageError> {
+    ) -> Result<DeliveryOutcome, StorageError> {
         // The await may have let another event fail a write (poison) or
         // reload the gate: this lease then belongs to a gate that is gone.
         if self.poisoned || lease.generation != self.generation {
-            return Ok(Settled::Stale);
+            return Ok(DeliveryOutcome::Stale);
         }
         let Some(p) = self.product.as_mut() else {
-            return Ok(Settled::Stale);
+            return Ok(DeliveryOutcome::Stale);
         };
         let settled = match result {
             Ok(answer) => match p.gate.ack_outbox(lease.up_to_seq) {
-                AckOutcome::Acked { entries } => Settled::Acked {
+                AckOutcome::Acked { entries } => DeliveryOutcome::Acked {
                     entries,
                     refused: answer.refused() as u64,
                 },
-                refused => Settled::AckRefused(refused),
+                refused => DeliveryOutcome::AckRefused(refused),
             },
             Err(error) => {
                 let nacked = p.gate.nack_outbox(now_ms, jitter_seed);
-                Settled::Failed { error, nacked }
+                DeliveryOutcome::Failed { error, nacked }
             }
         };
         let written = store.atomically(|s| self.persist(s, false));
@@ -457,13 +457,15 @@ impl ProductObject {
             return written.map(|()| settled);
         }
         match &settled {
-            Settled::Acked { refused, .. } => {
+            DeliveryOutcome::Acked { refused, .. } => {
                 self.delivery.refused += refused;
                 self.delivery.last_success_ms = Some(now_ms);
                 self.delivery.last_error = None;
             }
-            Settled::Failed { error, .. } => self.delivery.last_error = Some(error.describe()),
-            Settled::AckRefused(_) | Settled::Stale => {}
+            DeliveryOutcome::Failed { error, .. } => {
+                self.delivery.last_error = Some(error.describe())
+            }
+            DeliveryOutcome::AckRefused(_) | DeliveryOutcome::Stale => {}
         }
         Ok(settled)
     }

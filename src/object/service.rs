@@ -45,7 +45,7 @@ pub fn execute(
 ) -> Reply {
     let p = match (product.as_mut(), cmd) {
         (Some(p), _) => p,
-        (None, Command::Upsert { product_id, patch }) => {
+        (None, Command::Configure { product_id, patch }) => {
             return match Gate::create(now_ms, patch) {
                 Ok(mut gate) => {
                     // The object writes every change it takes, so paid
@@ -103,11 +103,11 @@ pub fn execute(
             *reservation_id,
             g.cancel(archive, now_ms, *reservation_id, buyer),
         ),
-        Command::Upsert { patch, .. } => match g.update(archive, now_ms, patch) {
+        Command::Configure { patch, .. } => match g.configure(archive, now_ms, patch) {
             Ok(()) => Reply::ok(200, views::product(g, id, now_ms)),
             Err(refusal) => admin_problem(refusal).into(),
         },
-        Command::Restock { units, .. } => match g.add_units(archive, now_ms, *units) {
+        Command::Restock { units, .. } => match g.restock(archive, now_ms, *units) {
             Ok(()) => Reply::ok(200, views::product(g, id, now_ms)),
             Err(refusal) => admin_problem(refusal).into(),
         },
@@ -115,7 +115,7 @@ pub fn execute(
             200,
             views::stats_value(id, &g.stats(now_ms), g.config().admit_per_s, delivery),
         ),
-        Command::Snapshot { arrivals, .. } => {
+        Command::Sync { arrivals, .. } => {
             g.record_arrivals(now_ms, arrivals);
             Reply::ok(200, views::snapshot(g, id, now_ms))
         }
@@ -196,7 +196,7 @@ fn reserve_reply(ids: &IdCodec, outcome: ReserveOutcome) -> Reply {
         )
         .with("retry_after_ms", retry_after_ms)
         .retry_after_ms(retry_after_ms),
-        ReserveOutcome::Paced { retry_after_ms } => Problem::paced(retry_after_ms),
+        ReserveOutcome::RateLimited { retry_after_ms } => Problem::rate_limited(retry_after_ms),
         ReserveOutcome::TicketRequired => problem(
             ProblemCode::TicketRequired,
             "this product has a waiting room: join it and send the ticket".into(),
@@ -307,7 +307,7 @@ mod tests {
     }
 
     fn upsert(patch: ConfigPatch) -> Command {
-        Command::Upsert {
+        Command::Configure {
             product_id: "p1".into(),
             patch,
         }

@@ -45,7 +45,7 @@ pub enum Command {
         buyer: String,
         reservation_id: u64,
     },
-    Upsert {
+    Configure {
         product_id: String,
         patch: ConfigPatch,
     },
@@ -62,7 +62,7 @@ pub enum Command {
     },
     /// The edge's refresh of its snapshot, with the tickets it issued since
     /// the last one.
-    Snapshot {
+    Sync {
         product_id: String,
         #[serde(default)]
         arrivals: Arrivals,
@@ -126,11 +126,11 @@ impl Command {
             | Command::GetReservation { product_id, .. }
             | Command::Confirm { product_id, .. }
             | Command::Cancel { product_id, .. }
-            | Command::Upsert { product_id, .. }
+            | Command::Configure { product_id, .. }
             | Command::Restock { product_id, .. }
             | Command::Stats { product_id }
             | Command::Void { product_id, .. }
-            | Command::Snapshot { product_id, .. }
+            | Command::Sync { product_id, .. }
             | Command::Watch { product_id, .. } => product_id,
         }
     }
@@ -173,7 +173,7 @@ mod tests {
             };
             arrivals.add(&t, None);
         }
-        let cmd = Command::Snapshot {
+        let cmd = Command::Sync {
             product_id: "p1".into(),
             arrivals,
         };

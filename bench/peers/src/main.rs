@@ -23,7 +23,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use clap::{Parser, Subcommand};
-use flashgate::codes::ProblemCode;
+use flashgate::http::codes::ProblemCode;
 use flashgate_load::peer_api::{PeerOrder, PeerOrders, PeerSetup, PeerStats};
 use flashgate_wire::bounds;
 use flashgate_wire::keys::KeySet;

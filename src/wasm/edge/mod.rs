@@ -295,7 +295,7 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
         // An update may create the product: it is listed first, so that a
         // product never exists unlisted (an id whose update then fails
         // lists nothing, see `catalog`).
-        Command::Upsert { .. } => {
+        Command::Configure { .. } => {
             if let Some(refused) = register(env, &product_id).await? {
                 return Ok(Answer::Built(refused));
             }
@@ -608,7 +608,7 @@ async fn refresh(env: &Env, product_id: &str) {
     let started = now_ms();
     REFRESHING.with_borrow_mut(|m| m.insert(product_id.to_string(), started));
     let report = EDGE.with_borrow_mut(|c| c.take_report(product_id));
-    let cmd = Command::Snapshot {
+    let cmd = Command::Sync {
         product_id: product_id.to_string(),
         arrivals: report.clone(),
     };

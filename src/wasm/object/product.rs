@@ -31,7 +31,7 @@ use crate::http::problem::Problem;
 use crate::object::delivery::{self, Attempt};
 use crate::object::group_commit::{Answer, Batcher};
 use crate::object::live::{self, Attachment, Due, Pusher};
-use crate::object::product::{ProductObject, Settled};
+use crate::object::product::{DeliveryOutcome, ProductObject};
 use crate::protocol::Command;
 use crate::settings::Forwarding;
 use crate::wasm::object::sqlite::DoSql;
@@ -203,19 +203,22 @@ impl ProductGate {
             };
             let result = delivery::classify(&lease.batch, attempt);
             let seed = (js_sys::Math::random() * u64::MAX as f64) as u64;
-            let settled =
-                self.object
-                    .borrow_mut()
-                    .settle(&mut self.store(), lease, result, now_ms(), seed);
+            let settled = self.object.borrow_mut().handle_delivery(
+                &mut self.store(),
+                lease,
+                result,
+                now_ms(),
+                seed,
+            );
             match settled.map_err(|e| worker::Error::RustError(e.0))? {
-                Settled::Acked { refused, .. } => {
+                DeliveryOutcome::Acked { refused, .. } => {
                     if refused > 0 {
                         worker::console_error!(
                             "ProductGate: the origin refused {refused} events; the gate and the origin disagree"
                         );
                     }
                 }
-                Settled::Failed { error, nacked } => {
+                DeliveryOutcome::Failed { error, nacked } => {
                     if !error.retryable() {
                         worker::console_error!(
                             "ProductGate: outbox delivery needs attention: {}",
@@ -229,11 +232,11 @@ impl ProductGate {
                     }
                     return Ok(());
                 }
-                Settled::AckRefused(outcome) => {
+                DeliveryOutcome::AckRefused(outcome) => {
                     worker::console_error!("ProductGate: the core refused an ack: {outcome:?}");
                     return Ok(());
                 }
-                Settled::Stale => return Ok(()),
+                DeliveryOutcome::Stale => return Ok(()),
             }
         }
         Ok(())
