@@ -135,3 +135,11 @@ pub const REFRESH_POLL_MS: u64 = 5;
 /// Rows read from a cursor per call: a query's rows are never all held at
 /// once (a restore streams every row of the object), and a chunk is small.
 pub const ROWS_PER_CALL_MAX: u32 = 256;
+
+// the edge's view of the catalog
+
+/// How long the edge's view of which products exist answers an id it does
+/// not hold, before a miss reads the catalog again (`edge::catalog`).
+pub const CATALOG_FRESH_MS: u64 = 1_000;
+/// The most ids one read of the catalog returns.
+pub const CATALOG_PAGE_MAX: usize = 1_000;

@@ -6,7 +6,7 @@
 //!
 //! `SQL_SEED=n` replays one seed; a failure prints its seed and step.
 
-use flashgate::limits::{LISTED_MAX, PRODUCTS_MAX};
+use flashgate::limits::{CATALOG_PAGE_MAX, LISTED_MAX, PRODUCTS_MAX};
 use flashgate::object::product::{ProductObject, Reader, Storage, StorageError};
 use flashgate::object::sql::{SqlDb, SqlValue};
 use flashgate::protocol::Command;
@@ -456,6 +456,24 @@ fn the_catalog_registers_once_and_is_bounded() {
         catalog::register(&mut db, "a", 1 << 40).unwrap(),
         Registered::Known
     );
+    // The edge reads every id, page by page from its cursor, each once.
+    let (mut cursor, mut all, mut pages) = (0, Vec::new(), 0);
+    loop {
+        let page = catalog::ids_after(&mut db, cursor).unwrap();
+        assert!(page.ids.len() <= CATALOG_PAGE_MAX);
+        assert!(page.next >= cursor);
+        cursor = page.next;
+        all.extend(page.ids);
+        pages += 1;
+        if !page.more {
+            break;
+        }
+    }
+    assert_eq!(all.len(), PRODUCTS_MAX);
+    assert_eq!((&all[0], &all[1]), (&"a".to_string(), &"b".to_string()));
+    assert_eq!(pages, PRODUCTS_MAX.div_ceil(CATALOG_PAGE_MAX));
+    let again = catalog::ids_after(&mut db, cursor).unwrap();
+    assert!(again.ids.is_empty() && !again.more && again.next == cursor);
     let newest = catalog::newest(&mut db).unwrap();
     assert_eq!(newest.len(), LISTED_MAX);
     assert_eq!(newest[0], format!("p{}", PRODUCTS_MAX - 1));

@@ -7,6 +7,7 @@
 
 pub mod auth;
 pub mod cache;
+pub mod catalog;
 pub mod page;
 pub mod rate_limit;
 pub mod routes;

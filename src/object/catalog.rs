@@ -11,9 +11,10 @@
 use flashgate_wire::bounds;
 use serde::Deserialize;
 
-use crate::limits::{LISTED_MAX, PRODUCTS_MAX};
+use crate::limits::{CATALOG_PAGE_MAX, LISTED_MAX, PRODUCTS_MAX};
 use crate::object::product::StorageError;
 use crate::object::sql::{SqlDb, SqlValue};
+use crate::protocol::CatalogPage;
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS catalog (
     product_id TEXT PRIMARY KEY,
@@ -80,4 +81,30 @@ pub fn newest(db: &mut impl SqlDb) -> Result<Vec<String>, StorageError> {
         "SELECT product_id FROM catalog ORDER BY registered_at_ms DESC, product_id LIMIT {LISTED_MAX}"
     ))?;
     Ok(rows.into_iter().map(|r| r.product_id).collect())
+}
+
+#[derive(Deserialize)]
+struct Row {
+    n: i64,
+    product_id: String,
+}
+
+/// The registered ids after cursor `after`, oldest first, at most
+/// `CATALOG_PAGE_MAX` of them: the edge's view reads on from where it
+/// stopped (`edge::catalog`). The cursor is the row's rowid, which only
+/// grows: rows are never deleted.
+pub fn ids_after(db: &mut impl SqlDb, after: u64) -> Result<CatalogPage, StorageError> {
+    db.exec(SCHEMA, &[])?;
+    let after = after.min(i64::MAX as u64);
+    let rows: Vec<Row> = db.query(&format!(
+        "SELECT rowid AS n, product_id FROM catalog WHERE rowid > {after} ORDER BY rowid LIMIT {}",
+        CATALOG_PAGE_MAX + 1
+    ))?;
+    let more = rows.len() > CATALOG_PAGE_MAX;
+    let rows = &rows[..rows.len().min(CATALOG_PAGE_MAX)];
+    Ok(CatalogPage {
+        next: rows.last().map_or(after, |r| r.n.max(0) as u64),
+        ids: rows.iter().map(|r| r.product_id.clone()).collect(),
+        more,
+    })
 }

@@ -136,6 +136,16 @@ impl Command {
     }
 }
 
+/// A page of the catalog's registered ids, in the order they were
+/// registered: the ids after the cursor the edge sent, the cursor after
+/// them, and whether more follow.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CatalogPage {
+    pub ids: Vec<String>,
+    pub next: u64,
+    pub more: bool,
+}
+
 /// Whether a product, as the edge reads it, belongs in the listing: open
 /// or scheduled (a buyer can act on it now or soon).
 pub fn listed(state: SaleState) -> bool {

@@ -20,6 +20,7 @@ use serde_json::json;
 
 use crate::edge::auth;
 use crate::edge::cache::{EdgeCache, Entry, Known};
+use crate::edge::catalog::{CatalogView, Listing};
 use crate::edge::page::Lang;
 use crate::edge::rate_limit::{self, Limiter};
 use crate::edge::routes::{self, Incoming, Route};
@@ -29,7 +30,7 @@ use crate::http::reply::Reply;
 use crate::http::time::rfc3339;
 use crate::limits::{BODY_BYTES_MAX, LISTED_FRESH_MS, REFRESH_POLL_MS, REFRESH_WAIT_MAX_MS};
 use crate::protocol::snapshot::Snapshot;
-use crate::protocol::{self, Command};
+use crate::protocol::{self, CatalogPage, Command};
 use crate::settings::Settings;
 use crate::wasm::edge::request::{Field, Parts};
 use crate::wasm::{config, http};
@@ -40,6 +41,40 @@ thread_local! {
     static EDGE: RefCell<EdgeCache> = RefCell::new(EdgeCache::default());
     /// Snapshot fetches in flight: product id -> when it started.
     static REFRESHING: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
+    /// Which product ids exist, as read from the catalog.
+    static CATALOG: RefCell<CatalogView> = RefCell::new(CatalogView::default());
+}
+
+/// Whether `product_id` names a product, from the isolate's view of the
+/// catalog, read again (one request at a time, at most once per
+/// `CATALOG_FRESH_MS`) when it does not hold the id. `Err` is the problem
+/// to answer: an unknown id is answered here, and its object is never
+/// instantiated; an unreachable catalog is `unavailable`.
+async fn listed(env: &Env, product_id: &str) -> Result<(), Problem> {
+    let lookup = || CATALOG.with_borrow(|c| c.lookup(product_id, now_ms()));
+    match lookup() {
+        Listing::Listed => return Ok(()),
+        Listing::Unlisted => return Err(Problem::unknown_product(product_id)),
+        Listing::Refresh => {}
+    }
+    let after = CATALOG.with_borrow_mut(|c| c.begin_refresh(now_ms()));
+    let read = async {
+        let mut resp = catalog_stub(env)?
+            .fetch_with_str(&format!("https://catalog/ids?after={after}"))
+            .await?;
+        resp.json::<CatalogPage>().await
+    };
+    match read.await {
+        Ok(page) => CATALOG.with_borrow_mut(|c| c.end_refresh(page)),
+        Err(e) => {
+            worker::console_error!("flashgate edge: the catalog is unreachable: {e}");
+            return Err(unavailable());
+        }
+    }
+    match lookup() {
+        Listing::Listed => Ok(()),
+        _ => Err(Problem::unknown_product(product_id)),
+    }
 }
 
 fn now_ms() -> u64 {
@@ -279,6 +314,13 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
         }
     }
 
+    // Only a configure may name a product that does not exist yet (it
+    // creates it); for the rest an unknown id ends here.
+    if !matches!(cmd, Command::Configure { .. }) {
+        if let Err(p) = listed(env, &product_id).await {
+            return refuse(p);
+        }
+    }
     match &cmd {
         Command::GetProduct { .. } => match lookup(env, &product_id).await {
             Some(Known::Product { body, .. }) => return product_response(&body).map(Answer::Raw),
@@ -378,7 +420,10 @@ async fn register(env: &Env, product_id: &str) -> worker::Result<Option<Response
         .with_body(Some(JsValue::from_str(product_id)));
     let req = Request::new_with_init("https://catalog/register", &init)?;
     match catalog_stub(env)?.fetch_with_request(req).await {
-        Ok(resp) if resp.status_code() == 200 => Ok(None),
+        Ok(resp) if resp.status_code() == 200 => {
+            CATALOG.with_borrow_mut(|c| c.insert(product_id));
+            Ok(None)
+        }
         Ok(resp) => Ok(Some(resp)),
         Err(e) => {
             worker::console_error!("flashgate edge: the catalog is unreachable: {e}");
@@ -572,6 +617,11 @@ fn product_response(body: &[u8]) -> worker::Result<web_sys::Response> {
 /// (a request may not await another request's I/O), and fetches itself if
 /// it does not land in time. `None` if the object could not be asked.
 async fn lookup(env: &Env, product_id: &str) -> Option<Known> {
+    match listed(env, product_id).await {
+        Ok(()) => {}
+        Err(p) if p.code == ProblemCode::UnknownProduct => return Some(Known::Unknown),
+        Err(_) => return None,
+    }
     let fresh = || EDGE.with_borrow(|c| c.fresh(product_id, now_ms()).map(|e| e.known.clone()));
     if let Some(known) = fresh() {
         return Some(known);

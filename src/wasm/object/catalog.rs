@@ -1,7 +1,8 @@
 //! `Catalog`: the one Durable Object that knows which products exist. The
 //! shell of `catalog`: it runs that module's SQL and answers the edge.
 //! Only the Worker calls it: `POST /register` with a product id as the
-//! body, and `GET /list`.
+//! body, `GET /list` (the newest, for the listing) and `GET /ids?after=N`
+//! (every id, page by page, for the edge's view of which exist).
 
 use worker::{durable_object, DurableObject, Env, Method, Request, Response, State};
 
@@ -34,6 +35,25 @@ impl DurableObject for Catalog {
                     Ok(_) => Response::ok("registered"),
                     Err(e) => {
                         worker::console_error!("Catalog: register {id:?}: {e}");
+                        http::problem(Problem::internal())
+                    }
+                }
+            }
+            (Method::Get, "/ids") => {
+                // The cursor is the edge's own; a bad one reads from the start.
+                let after = req
+                    .url()
+                    .ok()
+                    .and_then(|u| {
+                        u.query_pairs()
+                            .find(|(k, _)| k == "after")
+                            .and_then(|(_, v)| v.parse::<u64>().ok())
+                    })
+                    .unwrap_or(0);
+                match catalog::ids_after(&mut db, after) {
+                    Ok(page) => Response::from_json(&page),
+                    Err(e) => {
+                        worker::console_error!("Catalog: ids: {e}");
                         http::problem(Problem::internal())
                     }
                 }
