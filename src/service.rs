@@ -8,7 +8,7 @@
 use flashgate_core::{AdminRefusal, Archive, CancelOutcome, ConfirmOutcome, Gate, ReserveOutcome};
 
 use crate::api::Command;
-use crate::codes::ProblemCode;
+use crate::codes::{self, ProblemCode};
 use crate::ids::IdCodec;
 use crate::problem::Problem;
 use crate::reply::Reply;
@@ -207,7 +207,7 @@ fn reserve_reply(ids: &IdCodec, outcome: ReserveOutcome) -> Reply {
         ),
         ReserveOutcome::NotAdmitted { position } => Problem::not_admitted(position, None),
     };
-    debug_assert_eq!(ProblemCode::of_reserve(outcome.kind()), Some(p.code));
+    debug_assert_eq!(codes::of_reserve(outcome.kind()), Some(p.code));
     p.into()
 }
 
@@ -230,7 +230,7 @@ fn confirm_reply(ids: &IdCodec, outcome: ConfirmOutcome) -> Reply {
             Problem::new(ProblemCode::InvalidInput, "payment_ref is not acceptable")
         }
     };
-    debug_assert_eq!(ProblemCode::of_confirm(outcome.kind()), Some(p.code));
+    debug_assert_eq!(codes::of_confirm(outcome.kind()), Some(p.code));
     p.into()
 }
 
@@ -253,12 +253,12 @@ fn cancel_reply(ids: &IdCodec, id: u64, outcome: CancelOutcome) -> Reply {
         ),
         CancelOutcome::Unknown => Problem::unknown_reservation(),
     };
-    debug_assert_eq!(ProblemCode::of_cancel(outcome.kind()), Some(p.code));
+    debug_assert_eq!(codes::of_cancel(outcome.kind()), Some(p.code));
     p.into()
 }
 
 fn admin_problem(refusal: AdminRefusal) -> Problem {
-    let code = ProblemCode::of_admin(refusal.kind());
+    let code = codes::of_admin(refusal.kind());
     match refusal {
         AdminRefusal::StockRequired => {
             Problem::new(code, "stock_total is required to create a product")

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
-use flashgate::codes::ProblemCode;
 use flashgate_wire::bounds;
+use flashgate_wire::codes::ProblemCode;
 use flashgate_wire::keys::KeySet;
+use flashgate_wire::peer::{PeerOrders, PeerSetup, PeerStats};
 use flashgate_wire::signing::{self, Purpose};
 use flashgate_wire::stats::{GateStats, OriginTotals};
 use flashgate_wire::token::{self, Claims};
@@ -23,7 +24,6 @@ use tokio::sync::Semaphore;
 
 use crate::client::{self, send, Answer};
 use crate::measure::{kendall_tau, Latency};
-use crate::peer_api::{PeerOrders, PeerSetup, PeerStats};
 use crate::plan::{self, Arrival, Buyer, Fate, Shares};
 use crate::report::{Endpoint, Report};
 use crate::verdict::{self, Held, Observed, StoredOrder};
