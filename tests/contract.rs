@@ -1,14 +1,13 @@
 //! The written contract against the code: `openapi.yaml` (served as
-//! `/openapi.json`) and ARCHITECTURE.md must name exactly the routes and
-//! problem codes the gate has, and the core's outcome codes must be the ones
-//! the HTTP layer answers with. A route or code in one place and not the
-//! other fails here.
+//! `/openapi.json`) must name exactly the routes and problem codes the gate
+//! has. The codes' one source is `ProblemCode` (in the wire crate); the
+//! core's refusals are mapped onto it at compile time (`flashgate::http::codes`).
+//! A route or code in one place and not the other fails here.
 
 use std::collections::BTreeSet;
 
 use flashgate::edge::routes::ROUTES;
 use flashgate::http::codes::ProblemCode;
-use flashgate_core::{AdminRefusalKind, CancelKind, ConfirmKind, ReserveKind};
 use serde_json::Value;
 
 fn spec() -> Value {
@@ -45,28 +44,6 @@ fn problem_codes(spec: &Value, schema: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The rows `| code | status | ... |` between two markers of ARCHITECTURE.md.
-fn architecture_table(name: &str) -> Vec<(String, u16)> {
-    let doc = include_str!("../ARCHITECTURE.md");
-    let start = format!("<!-- {name}:start -->");
-    let end = format!("<!-- {name}:end -->");
-    let from = doc
-        .find(&start)
-        .unwrap_or_else(|| panic!("{start} in ARCHITECTURE.md"));
-    let to = doc
-        .find(&end)
-        .unwrap_or_else(|| panic!("{end} in ARCHITECTURE.md"));
-    doc[from..to]
-        .lines()
-        .filter_map(|l| {
-            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
-            let code = cells.get(1)?.trim_matches('`');
-            let status = cells.get(2)?.parse().ok()?;
-            Some((code.to_string(), status))
-        })
-        .collect()
-}
-
 #[test]
 fn the_spec_names_every_gate_route_and_no_other() {
     let in_code: BTreeSet<(String, String)> = ROUTES
@@ -83,68 +60,6 @@ fn the_spec_names_every_gate_problem_code_and_no_other() {
         .map(|c| c.as_str().to_string())
         .collect();
     assert_eq!(problem_codes(&spec(), "GateProblem"), in_code);
-}
-
-#[test]
-fn architecture_lists_every_gate_problem_code_with_its_status() {
-    let listed = architecture_table("gate-problem-codes");
-    let in_code: Vec<(String, u16)> = ProblemCode::ALL
-        .iter()
-        .map(|c| (c.as_str().to_string(), c.status()))
-        .collect();
-    let (a, b): (BTreeSet<_>, BTreeSet<_>) = (
-        listed.iter().cloned().collect(),
-        in_code.iter().cloned().collect(),
-    );
-    assert_eq!(a, b, "ARCHITECTURE.md's problem codes differ from codes.rs");
-    assert_eq!(listed.len(), in_code.len(), "a code listed twice");
-}
-
-#[test]
-fn architecture_lists_every_counted_outcome() {
-    let doc = include_str!("../ARCHITECTURE.md");
-    let start = doc
-        .find("<!-- counter-codes:start -->")
-        .expect("counter-codes:start");
-    let end = doc
-        .find("<!-- counter-codes:end -->")
-        .expect("counter-codes:end");
-    let mut listed = BTreeSet::new();
-    for line in doc[start..end].lines() {
-        let Some((op, codes)) = line.trim_start_matches("- ").split_once(": ") else {
-            continue;
-        };
-        for code in codes.split(", ") {
-            listed.insert(format!(
-                "{}:{}",
-                op.trim_matches('`'),
-                code.trim_matches('`')
-            ));
-        }
-    }
-    let mut in_code = BTreeSet::new();
-    in_code.extend(
-        ReserveKind::ALL
-            .iter()
-            .map(|k| format!("reserve:{}", k.code())),
-    );
-    in_code.extend(
-        ConfirmKind::ALL
-            .iter()
-            .map(|k| format!("confirm:{}", k.code())),
-    );
-    in_code.extend(
-        CancelKind::ALL
-            .iter()
-            .map(|k| format!("cancel:{}", k.code())),
-    );
-    assert_eq!(listed, in_code);
-    // Every refusal the core counts is a problem code of the same spelling;
-    // `codes::tests` checks the mapping, this checks the list is complete.
-    let problems: BTreeSet<&str> = ProblemCode::ALL.iter().map(|c| c.as_str()).collect();
-    for k in AdminRefusalKind::ALL {
-        assert!(problems.contains(k.code()), "{}", k.code());
-    }
 }
 
 /// wrangler.toml configures the rate limiting bindings, and tells the

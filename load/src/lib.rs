@@ -4,7 +4,6 @@
 
 pub mod client;
 pub mod measure;
-pub mod peer_api;
 pub mod plan;
 pub mod report;
 pub mod run;

@@ -2,8 +2,8 @@
 //! verdict, 2 when the run itself could not be made.
 
 use clap::Parser;
-use flashgate_load::plan::{Arrival, Shares};
-use flashgate_load::run::{self, Config, System};
+use flashgate_load::plan::{Arrival, Shares, System};
+use flashgate_load::run::{self, Config};
 use flashgate_wire::keys::KeySet;
 
 /// Simulates a flash sale against a flashgate gate (local workerd, wrangler

@@ -1,9 +1,34 @@
-//! The sale a run simulates, decided before the first request: when each
-//! buyer arrives and what each does with a unit it gets. Pure and seeded, so
+//! The sale a run simulates, decided before the first request: the system
+//! it runs against, when each buyer arrives and what each does with a unit
+//! it gets. Pure and seeded, so
 //! `--seed` replays the same crowd.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+
+/// What the run talks to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum System {
+    /// The flashgate gate: sessions, waiting room, holds, signed confirmations.
+    Flashgate,
+    /// A peer of `bench/peers`: the order is made at the reserve.
+    Peer,
+    /// The runtime ceiling (`bench/baseline/ceiling.js`): each buyer sends
+    /// one POST to the URL as given. It keeps no stock, so there is no
+    /// verdict; only throughput and latency.
+    Ceiling,
+}
+
+impl System {
+    /// Its name in the report, as `--system` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            System::Flashgate => "flashgate",
+            System::Peer => "peer",
+            System::Ceiling => "ceiling",
+        }
+    }
+}
 
 /// How the buyers arrive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use std::fmt::Write;
 use serde::Serialize;
 
 use crate::measure::Latency;
-use crate::run::System;
+use crate::plan::System;
 use crate::verdict::Verdict;
 
 /// The endpoints a buyer calls.
@@ -71,11 +71,7 @@ pub struct Report {
 }
 
 fn system_name<S: serde::Serializer>(s: &System, ser: S) -> Result<S::Ok, S::Error> {
-    ser.serialize_str(match s {
-        System::Flashgate => "flashgate",
-        System::Peer => "peer",
-        System::Ceiling => "ceiling",
-    })
+    ser.serialize_str(s.name())
 }
 
 fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
@@ -96,11 +92,7 @@ impl Report {
         let _ = writeln!(
             out,
             "{} at {} · product {} · stock {} · {} buyers · {} connections · seed {}",
-            match self.system {
-                System::Flashgate => "flashgate",
-                System::Peer => "peer",
-                System::Ceiling => "ceiling",
-            },
+            self.system.name(),
             self.base,
             self.product,
             self.stock_total,

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
-use flashgate::http::codes::ProblemCode;
 use flashgate_wire::bounds;
+use flashgate_wire::codes::ProblemCode;
 use flashgate_wire::keys::KeySet;
+use flashgate_wire::peer::{PeerOrders, PeerSetup, PeerStats};
 use flashgate_wire::signing::{self, Purpose};
 use flashgate_wire::stats::{GateStats, OriginTotals};
 use flashgate_wire::token::{self, Claims};
@@ -23,8 +24,7 @@ use tokio::sync::Semaphore;
 
 use crate::client::{self, send, Answer};
 use crate::measure::{kendall_tau, Latency};
-use crate::peer_api::{PeerOrders, PeerSetup, PeerStats};
-use crate::plan::{self, Arrival, Buyer, Fate, Shares};
+use crate::plan::{self, Arrival, Buyer, Fate, Shares, System};
 use crate::report::{Endpoint, Report};
 use crate::verdict::{self, Held, Observed, StoredOrder};
 
@@ -41,19 +41,6 @@ pub const POLL_MS_MAX: u64 = 2_000;
 const SETTLE_POLL_MS: u64 = 100;
 /// The origin's page size for `GET /v1/orders`.
 const ORDERS_PAGE: usize = 1000;
-
-/// What the run talks to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum System {
-    /// The flashgate gate: sessions, waiting room, holds, signed confirmations.
-    Flashgate,
-    /// A peer of `bench/peers`: the order is made at the reserve.
-    Peer,
-    /// The runtime ceiling (`bench/baseline/ceiling.js`): each buyer sends
-    /// one POST to the URL as given. It keeps no stock, so there is no
-    /// verdict; only throughput and latency.
-    Ceiling,
-}
 
 pub struct Config {
     pub base: String,

@@ -1,200 +1,132 @@
-//! The problem codes the gate answers with: one table, the only place a
-//! code's string, HTTP status and title are written.
+//! Which problem code each refusal of the core answers with.
 //!
-//! The core's outcome kinds carry their own codes (`flashgate_core::outcome`)
-//! because the core counts outcomes by code; each refusal kind maps here to
-//! the problem code of the same spelling, and a test checks every one.
-//! Another test checks this table against `openapi.yaml` and ARCHITECTURE.md.
+//! `ProblemCode`, the table of every code with its status and title, lives
+//! in the wire crate, because the load tool and the peers speak it too.
+//! What is the gate's own is the step from an outcome to its code, and it
+//! is written nowhere: the core's `outcome_kinds!` table names each kind's
+//! code (its counter's key), and a refusal answers with the problem code of
+//! that spelling. The tables below are computed from the kinds at compile
+//! time, so a refusal whose code is no problem code stops the build.
+
+pub use flashgate_wire::codes::ProblemCode;
 
 use flashgate_core::{AdminRefusalKind, CancelKind, ConfirmKind, ReserveKind};
 
-macro_rules! problem_codes {
-    ($($Var:ident => $code:literal, $status:literal, $title:literal;)+) => {
-        /// Every problem code the gate answers with.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub enum ProblemCode {
-            $($Var,)+
+/// `$Kind`'s problem codes, indexed by kind: `None` for the kinds that
+/// match `$success`, and for every other kind the problem code its own
+/// `code()` spells. Evaluated in a `const`, so a missing code is a compile
+/// error.
+macro_rules! problems_by_kind {
+    ($Kind:ident $(, success: $success:pat)?) => {{
+        let mut table = [None; $Kind::ALL.len()];
+        let mut i = 0;
+        while i < table.len() {
+            let kind = $Kind::ALL[i];
+            // The lookups index by `kind as usize`.
+            assert!(kind as usize == i, "ALL is in declaration order");
+            let success = false $(|| matches!(kind, $success))?;
+            if !success {
+                let code = ProblemCode::parse(kind.code());
+                table[i] = Some(code.expect("a refusal's code is a problem code"));
+            }
+            i += 1;
         }
-
-        impl ProblemCode {
-            pub const ALL: &'static [ProblemCode] = &[$(ProblemCode::$Var,)+];
-
-            pub const fn as_str(self) -> &'static str {
-                match self {
-                    $(ProblemCode::$Var => $code,)+
-                }
-            }
-
-            pub const fn status(self) -> u16 {
-                match self {
-                    $(ProblemCode::$Var => $status,)+
-                }
-            }
-
-            /// The fixed summary of the code (RFC 9457 section 3.1.3).
-            pub const fn title(self) -> &'static str {
-                match self {
-                    $(ProblemCode::$Var => $title,)+
-                }
-            }
-        }
-    };
+        table
+    }};
 }
 
-problem_codes! {
-    // Refused at the edge, before any Durable Object.
-    NotFound => "not_found", 404, "No such route";
-    MethodNotAllowed => "method_not_allowed", 405, "Method not allowed";
-    BodyTooLarge => "body_too_large", 413, "Request body too large";
-    UnsupportedMediaType => "unsupported_media_type", 415, "Unsupported media type";
-    MalformedJson => "malformed_json", 400, "Malformed JSON";
-    InvalidBody => "invalid_body", 422, "Invalid request body";
-    InvalidProductId => "invalid_product_id", 400, "Invalid product id";
-    IdempotencyKeyMissing => "idempotency_key_missing", 400, "Idempotency-Key required";
-    IdempotencyKeyInvalid => "idempotency_key_invalid", 400, "Invalid Idempotency-Key";
-    TokenMissing => "token_missing", 401, "Buyer token required";
-    TokenInvalid => "token_invalid", 401, "Invalid buyer token";
-    TokenExpired => "token_expired", 401, "Buyer token expired";
-    BadSignature => "bad_signature", 401, "Missing or bad signature";
-    Unauthorized => "unauthorized", 401, "Admin token required";
-    RateLimited => "rate_limited", 429, "Too many requests";
-    TicketInvalid => "ticket_invalid", 403, "Invalid waiting-room ticket";
-    NoWaitingRoom => "no_waiting_room", 409, "No waiting room";
-    // Decided by the product's object.
-    UnknownProduct => "unknown_product", 404, "Unknown product";
-    UnknownReservation => "unknown_reservation", 404, "Unknown reservation";
-    IdempotencyConflict => "idempotency_conflict", 422, "Idempotency-Key reused";
-    SoldOut => "sold_out", 409, "Sold out";
-    InsufficientStock => "insufficient_stock", 409, "Not enough stock";
-    BuyerLimit => "buyer_limit", 403, "Buyer limit reached";
-    NotOpen => "not_open", 409, "Sale not open yet";
-    Closed => "closed", 409, "Sale closed";
-    Paused => "paused", 409, "Sale paused";
-    InvalidQuantity => "invalid_quantity", 422, "Invalid quantity";
-    InvalidInput => "invalid_input", 422, "Invalid input";
-    Overloaded => "overloaded", 503, "Too many open reservations";
-    TicketRequired => "ticket_required", 403, "Waiting-room ticket required";
-    TicketExpired => "ticket_expired", 403, "Waiting-room ticket expired";
-    NotAdmitted => "not_admitted", 403, "Not admitted yet";
-    Expired => "expired", 409, "Reservation expired";
-    Cancelled => "cancelled", 409, "Reservation cancelled";
-    AlreadyConfirmed => "already_confirmed", 409, "Reservation already confirmed";
-    AlreadyExpired => "already_expired", 409, "Reservation already expired";
-    Voided => "voided", 409, "Order voided";
-    NotConfirmed => "not_confirmed", 409, "Not a confirmed order";
-    BelowCommitted => "below_committed", 409, "Total below committed units";
-    StockTooLarge => "stock_too_large", 422, "Stock too large";
-    BuyerAboveLimit => "buyer_above_limit", 409, "per_buyer_max below a buyer's units";
-    SaleClosed => "sale_closed", 409, "Sale closed for good";
-    // The gate failed; retrying is safe.
-    UpgradeRequired => "upgrade_required", 426, "WebSocket upgrade required";
-    LiveFull => "live_full", 503, "Too many live viewers";
-    CatalogFull => "catalog_full", 409, "Too many products";
-    Internal => "internal", 500, "Internal error";
-    Unavailable => "unavailable", 503, "Product temporarily unavailable";
-    Misconfigured => "misconfigured", 500, "Gate misconfigured";
+const RESERVE: [Option<ProblemCode>; ReserveKind::ALL.len()] = problems_by_kind!(
+    ReserveKind,
+    success: ReserveKind::Reserved | ReserveKind::Replayed
+);
+const CONFIRM: [Option<ProblemCode>; ConfirmKind::ALL.len()] =
+    problems_by_kind!(ConfirmKind, success: ConfirmKind::Confirmed);
+const CANCEL: [Option<ProblemCode>; CancelKind::ALL.len()] =
+    problems_by_kind!(CancelKind, success: CancelKind::Cancelled);
+const ADMIN: [Option<ProblemCode>; AdminRefusalKind::ALL.len()] =
+    problems_by_kind!(AdminRefusalKind);
+
+/// The problem of a refused reserve; `None` for the two successes.
+pub const fn of_reserve(kind: ReserveKind) -> Option<ProblemCode> {
+    RESERVE[kind as usize]
 }
 
-impl ProblemCode {
-    /// The problem of a refused reserve; `None` for the two successes.
-    pub fn of_reserve(kind: ReserveKind) -> Option<ProblemCode> {
-        Some(match kind {
-            ReserveKind::Reserved | ReserveKind::Replayed => return None,
-            ReserveKind::IdempotencyConflict => ProblemCode::IdempotencyConflict,
-            ReserveKind::SoldOut => ProblemCode::SoldOut,
-            ReserveKind::InsufficientStock => ProblemCode::InsufficientStock,
-            ReserveKind::BuyerLimitReached => ProblemCode::BuyerLimit,
-            ReserveKind::NotOpen => ProblemCode::NotOpen,
-            ReserveKind::Closed => ProblemCode::Closed,
-            ReserveKind::Paused => ProblemCode::Paused,
-            ReserveKind::InvalidQuantity => ProblemCode::InvalidQuantity,
-            ReserveKind::InvalidInput => ProblemCode::InvalidInput,
-            ReserveKind::Overloaded => ProblemCode::Overloaded,
-            ReserveKind::RateLimited => ProblemCode::RateLimited,
-            ReserveKind::TicketRequired => ProblemCode::TicketRequired,
-            ReserveKind::TicketExpired => ProblemCode::TicketExpired,
-            ReserveKind::NotAdmitted => ProblemCode::NotAdmitted,
-        })
-    }
+/// The problem of a refused confirm; `None` for the success.
+pub const fn of_confirm(kind: ConfirmKind) -> Option<ProblemCode> {
+    CONFIRM[kind as usize]
+}
 
-    pub fn of_confirm(kind: ConfirmKind) -> Option<ProblemCode> {
-        Some(match kind {
-            ConfirmKind::Confirmed => return None,
-            ConfirmKind::Expired => ProblemCode::Expired,
-            ConfirmKind::Cancelled => ProblemCode::Cancelled,
-            ConfirmKind::Voided => ProblemCode::Voided,
-            ConfirmKind::Unknown => ProblemCode::UnknownReservation,
-            ConfirmKind::InvalidInput => ProblemCode::InvalidInput,
-        })
-    }
+/// The problem of a refused cancel; `None` for the success.
+pub const fn of_cancel(kind: CancelKind) -> Option<ProblemCode> {
+    CANCEL[kind as usize]
+}
 
-    pub fn of_cancel(kind: CancelKind) -> Option<ProblemCode> {
-        Some(match kind {
-            CancelKind::Cancelled => return None,
-            CancelKind::AlreadyConfirmed => ProblemCode::AlreadyConfirmed,
-            CancelKind::AlreadyExpired => ProblemCode::AlreadyExpired,
-            CancelKind::Voided => ProblemCode::Voided,
-            CancelKind::Unknown => ProblemCode::UnknownReservation,
-        })
-    }
-
-    pub fn of_admin(kind: AdminRefusalKind) -> ProblemCode {
-        match kind {
-            AdminRefusalKind::StockRequired | AdminRefusalKind::InvalidConfig => {
-                ProblemCode::InvalidBody
-            }
-            AdminRefusalKind::BelowCommitted => ProblemCode::BelowCommitted,
-            AdminRefusalKind::StockTooLarge => ProblemCode::StockTooLarge,
-            AdminRefusalKind::BuyerAboveLimit => ProblemCode::BuyerAboveLimit,
-            AdminRefusalKind::SaleClosed => ProblemCode::SaleClosed,
-            AdminRefusalKind::UnknownReservation => ProblemCode::UnknownReservation,
-            AdminRefusalKind::NotConfirmed => ProblemCode::NotConfirmed,
-        }
+/// The problem of a refused admin operation.
+pub const fn of_admin(kind: AdminRefusalKind) -> ProblemCode {
+    match ADMIN[kind as usize] {
+        Some(code) => code,
+        // `ADMIN` names a code for every kind; this arm is never taken.
+        None => ProblemCode::Internal,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashSet;
 
-    #[test]
-    fn codes_are_unique_and_statuses_are_errors() {
-        let mut seen = HashSet::new();
-        for c in ProblemCode::ALL {
-            assert!(seen.insert(c.as_str()), "{} twice", c.as_str());
-            assert!((400..600).contains(&c.status()), "{}", c.as_str());
-            assert!(!c.title().is_empty());
-        }
+    /// The codes of the kinds for which `of` names no problem.
+    fn successes<K: Copy>(
+        all: &[K],
+        of: impl Fn(K) -> Option<ProblemCode>,
+        code: impl Fn(K) -> &'static str,
+    ) -> Vec<&'static str> {
+        all.iter()
+            .filter(|k| of(**k).is_none())
+            .map(|k| code(*k))
+            .collect()
     }
 
-    /// The core's codes and the HTTP codes are one list: every refusal of
-    /// the core answers with the problem code of the same spelling.
+    /// Which outcomes succeed is the one thing written here by hand: pin
+    /// it. A success of one operation (a cancel's `cancelled`) can be a
+    /// refusal of another (a confirm's), so it is not read from the codes.
     #[test]
-    fn core_refusals_answer_with_their_own_code() {
-        for &k in ReserveKind::ALL {
-            if let Some(p) = ProblemCode::of_reserve(k) {
-                assert_eq!(p.as_str(), k.code());
-            }
-        }
-        for &k in ConfirmKind::ALL {
-            if let Some(p) = ProblemCode::of_confirm(k) {
-                assert_eq!(p.as_str(), k.code());
-            }
-        }
-        for &k in CancelKind::ALL {
-            if let Some(p) = ProblemCode::of_cancel(k) {
-                assert_eq!(p.as_str(), k.code());
-            }
-        }
-        for &k in AdminRefusalKind::ALL {
-            assert_eq!(ProblemCode::of_admin(k).as_str(), k.code());
-        }
-        // The successes are exactly the outcomes with no problem.
-        let ok: Vec<_> = ReserveKind::ALL
-            .iter()
-            .filter(|k| ProblemCode::of_reserve(**k).is_none())
-            .collect();
-        assert_eq!(ok, [&ReserveKind::Reserved, &ReserveKind::Replayed]);
+    fn the_successes_are_the_outcomes_without_a_problem() {
+        assert_eq!(
+            successes(ReserveKind::ALL, of_reserve, ReserveKind::code),
+            ["reserved", "replayed"]
+        );
+        assert_eq!(
+            successes(ConfirmKind::ALL, of_confirm, ConfirmKind::code),
+            ["confirmed"]
+        );
+        assert_eq!(
+            successes(CancelKind::ALL, of_cancel, CancelKind::code),
+            ["cancelled"]
+        );
+        assert!(ADMIN.iter().all(Option::is_some), "{ADMIN:?}");
+        assert_eq!(
+            of_confirm(ConfirmKind::Cancelled),
+            Some(ProblemCode::Cancelled)
+        );
+    }
+
+    /// Each refusal answers with the problem code of its own spelling, and
+    /// so with that code's status: a sample that a reader can check by eye.
+    #[test]
+    fn refusals_answer_with_the_code_of_their_spelling() {
+        let sold_out = of_reserve(ReserveKind::SoldOut).expect("a refusal");
+        assert_eq!((sold_out.as_str(), sold_out.status()), ("sold_out", 409));
+        let paced = of_reserve(ReserveKind::RateLimited).expect("a refusal");
+        assert_eq!((paced.as_str(), paced.status()), ("rate_limited", 429));
+        // Two admin kinds share one code: a body the core refuses is as
+        // invalid as one that does not parse.
+        assert_eq!(
+            of_admin(AdminRefusalKind::StockRequired),
+            ProblemCode::InvalidBody
+        );
+        assert_eq!(
+            of_admin(AdminRefusalKind::InvalidConfig),
+            ProblemCode::InvalidBody
+        );
     }
 }

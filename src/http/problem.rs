@@ -1,6 +1,6 @@
 //! RFC 9457 problem documents, with the stable `code` member clients switch
 //! on. Every error the gate returns is one of these; none leaks internals.
-//! The status and title come from the code's row in `codes.rs`.
+//! The status and title come from the code's row in `flashgate_wire::codes`.
 
 use flashgate_wire::ProblemDocument;
 use serde_json::{Map, Value};

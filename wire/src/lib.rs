@@ -13,17 +13,25 @@
 //! - `token`: buyer tokens (JWT, HS256);
 //! - `stats`: the typed view of a product's gate stats, which the gate
 //!   writes and `reconcile` reads;
-//! - `problem`: the RFC 9457 problem document both sides answer errors with.
+//! - `problem`: the RFC 9457 problem document both sides answer errors with;
+//! - `codes`: the gate's problem codes, with their status and title, which
+//!   `flashgate-load` and the peers of `bench/peers` speak too;
+//! - `peer`: the stats and orders a peer of `bench/peers` answers with.
+//!
+//! The load tool and the peers depend on this crate, not on the gate's.
 
 pub mod batch;
 pub mod bounds;
+pub mod codes;
 pub mod keys;
 pub mod mac;
+pub mod peer;
 pub mod problem;
 pub mod signing;
 pub mod stats;
 pub mod token;
 
 pub use batch::{Batch, BatchError, BatchResult, Event, EventResult, EventStatus};
+pub use codes::ProblemCode;
 pub use problem::ProblemDocument;
 pub use stats::{CounterStats, GateStats, OriginTotals, OutboxStats, QueueStats, SaleState};

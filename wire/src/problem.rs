@@ -3,7 +3,8 @@
 //! - `type` is `/problems/{code}`, a relative URI, one per code;
 //! - `title` is the fixed summary of the code, the same for every
 //!   occurrence (RFC 9457 section 3.1.3); each side keeps a table of its codes
-//!   with their status and title;
+//!   with their status and title (`codes` here for the gate,
+//!   `flashgate_origin::problem` for the origin);
 //! - `detail` explains this occurrence;
 //! - `code` is the stable machine-readable code clients switch on;
 //! - further members help the client act, such as `available`.

@@ -1,6 +1,8 @@
 //! The shapes a peer of `bench/peers` answers with where flashgate has
 //! no equal: its stats, and the orders its database holds. Defined once
-//! here; the peers service serialises these same types.
+//! here, beside the codes the peers answer with, so that the peers service
+//! (which serialises them) and `flashgate-load` (which reads them) share
+//! them without either depending on the other.
 
 use serde::{Deserialize, Serialize};
 
