@@ -4,93 +4,31 @@
 //! group runs behind a concurrency limit that sheds the excess, so a flood
 //! of reads is answered 503 quickly and never delays ingest.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
-use axum::body::Bytes;
 use axum::error_handling::HandleErrorLayer;
-use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, MethodRouter};
 use axum::{BoxError, Json, Router};
 use flashgate_wire::batch::BatchError;
-use flashgate_wire::keys::KeySet;
 use flashgate_wire::token::{self, Claims};
 use flashgate_wire::{bounds, Batch, BatchResult, EventStatus};
 use serde::Deserialize;
 use serde_json::json;
 use tower::ServiceBuilder;
-use tower_http::cors::CorsLayer;
-use tower_http::timeout::RequestBodyTimeoutLayer;
 
-use crate::auth;
-use crate::db::Db;
+use crate::auth::{self, ReadToken, ShopToken, Signed};
+use crate::body::{self, parse_json, RawBody};
 use crate::demo;
-use crate::metrics::Metrics;
+use crate::limits::{
+    BATCHES_IN_FLIGHT_MAX, BODY_BYTES_MAX, BUYER_TOKEN_TTL_S, ORDERS_PAGE_MAX, READS_IN_FLIGHT_MAX,
+    REQUEST_TIMEOUT,
+};
 use crate::problem::{AppError, OriginCode};
-use crate::reads::ReadRuntime;
-
-/// The largest request body: a full batch of 500 events is far below it.
-pub const BODY_BYTES_MAX: usize = 1024 * 1024;
-pub const ORDERS_PAGE_MAX: i64 = 1000;
-/// Reads served at once; more are shed with 503 and `Retry-After`.
-pub const READS_IN_FLIGHT_MAX: usize = 16;
-/// Batches taken at once (from their signed headers to their answer); more
-/// are shed with 503 and `Retry-After`, which the gate's outbox retries.
-/// Each may hold a body of up to `BODY_BYTES_MAX`, so this bounds what
-/// batches in flight hold in memory to 32 MiB.
-pub const BATCHES_IN_FLIGHT_MAX: usize = 32;
-/// The longest a request may take, end to end.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// The longest a request body may take to arrive.
-pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a minted buyer token lives unless the shop asks for less.
-pub const BUYER_TOKEN_TTL_S: u64 = 60 * 60;
-
-/// Who may call the origin, and with what.
-pub struct Settings {
-    /// `FORWARD_KEYS`: the gate's batches are signed with one of these.
-    pub forward_keys: KeySet,
-    /// `ORIGIN_READ_TOKENS`: the shop's bearer tokens for reads.
-    pub read_tokens: KeySet,
-    /// `ORIGIN_SHOP_TOKENS`: the shop's bearer tokens for minting buyer
-    /// tokens.
-    pub shop_tokens: KeySet,
-    /// `BUYER_TOKEN_KEYS` and the audience: buyer tokens are minted (and,
-    /// for the demo payments, checked) with these.
-    pub buyer_keys: KeySet,
-    pub buyer_audience: String,
-    /// The demo payment endpoint, off unless configured.
-    pub demo: Option<demo::DemoSettings>,
-    /// A batch that takes longer is abandoned (rolled back) with a 503.
-    pub batch_timeout: Duration,
-}
-
-pub struct AppState {
-    pub db: Db,
-    pub metrics: Metrics,
-    pub settings: Settings,
-    /// Where the read routes run: below ingest's priority (`reads`).
-    pub reads: ReadRuntime,
-    /// `BATCHES_IN_FLIGHT_MAX` permits, one per batch being taken.
-    pub batch_slots: Arc<tokio::sync::Semaphore>,
-}
-
-impl AppState {
-    pub fn new(db: Db, settings: Settings) -> anyhow::Result<Arc<AppState>> {
-        Ok(Arc::new(AppState {
-            db,
-            metrics: Metrics::default(),
-            settings,
-            reads: ReadRuntime::start()?,
-            batch_slots: Arc::new(tokio::sync::Semaphore::new(BATCHES_IN_FLIGHT_MAX)),
-        }))
-    }
-}
-
-type Shared = Arc<AppState>;
+use crate::state::{now_ms, Shared};
 
 /// Who may call a route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,6 +79,7 @@ async fn shed(e: BoxError) -> AppError {
 
 pub fn router(state: Shared) -> Router {
     let cors = state.settings.demo.as_ref().and_then(|d| d.cors());
+    let body_deadline = state.settings.body_deadline;
     let mut reads = Router::new();
     let mut others = Router::new();
     for (_, path, access, handler) in routes() {
@@ -148,6 +87,11 @@ pub fn router(state: Shared) -> Router {
             // `/healthz` reads the database too, so it is shed with the
             // reads rather than left unbounded.
             Access::Read | Access::Open => reads = reads.route(path, handler),
+            // With the demo payments off, their route answers 404 before
+            // it asks for a buyer token.
+            Access::Buyer if state.settings.demo.is_none() => {
+                others = others.route(path, post(demo_off));
+            }
             Access::Buyer => {
                 let handler = match &cors {
                     // The preflight must reach the CORS layer: without an
@@ -179,9 +123,12 @@ pub fn router(state: Shared) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
-        // A body that trickles in is cut off (slowloris); the head has its
-        // own deadline in `server.rs`.
-        .layer(RequestBodyTimeoutLayer::new(BODY_READ_TIMEOUT))
+        // A body that trickles in is cut off (slowloris) at a deadline for
+        // the whole body, fixed here, as the request arrives; the head has
+        // its own deadline in `server.rs`.
+        .layer(tower::util::MapRequestLayer::new(move |r: Request| {
+            body::with_deadline(r, body_deadline)
+        }))
         .layer(
             ServiceBuilder::new()
                 .layer(HandleErrorLayer::new(shed))
@@ -190,90 +137,18 @@ pub fn router(state: Shared) -> Router {
         .with_state(state)
 }
 
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-pub(crate) fn body_of(body: Result<Bytes, BytesRejection>) -> Result<Bytes, AppError> {
-    body.map_err(|r| {
-        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            AppError::new(
-                OriginCode::BodyTooLarge,
-                format!("the body must be at most {BODY_BYTES_MAX} bytes"),
-            )
-        } else {
-            AppError::new(OriginCode::BadBody, r.body_text())
-        }
-    })
-}
-
-pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, AppError> {
-    serde_json::from_slice(body).map_err(|e| {
-        if e.is_syntax() || e.is_eof() {
-            AppError::new(OriginCode::MalformedJson, e.to_string())
-        } else {
-            AppError::new(OriginCode::InvalidBody, e.to_string())
-        }
-    })
-}
-
-fn require(
-    state: &AppState,
-    tokens: &KeySet,
-    headers: &HeaderMap,
-    what: &str,
-) -> Result<(), AppError> {
-    if auth::token_ok(tokens, headers) {
-        Ok(())
-    } else {
-        state.metrics.unauthorized.inc();
-        Err(AppError::unauthorized(format!(
-            "send Authorization: Bearer with {what}"
-        )))
-    }
-}
-
+/// `POST /v1/batches`. The signature is checked from the headers alone
+/// (`Signed`): a request that is not from a forwarding key's holder costs
+/// no body read and takes no slot.
 async fn ingest(
     State(state): State<Shared>,
-    uri: Uri,
-    headers: HeaderMap,
-    request: axum::extract::Request,
+    signed: Signed,
+    _slot: BatchSlot,
+    RawBody(body): RawBody,
 ) -> Result<Json<BatchResult>, AppError> {
-    let refused = |e: flashgate_wire::signing::SignatureError| {
-        state.metrics.unauthorized.inc();
-        tracing::warn!(
-            reason = e.describe(),
-            "refused an unsigned or badly signed batch"
-        );
-        AppError::new(OriginCode::BadSignature, e.describe())
-    };
-    // The signature first, from the headers alone: a request that is not
-    // from a forwarding key's holder costs no body read and takes no slot.
-    let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
-    let head = auth::forwarded_headers(
-        &state.settings.forward_keys,
-        &headers,
-        Method::POST.as_str(),
-        path,
-        now_ms(),
-    )
-    .map_err(refused)?;
-    // Then a slot, held until the answer, so that the batches in flight
-    // hold a bounded memory. Past the bound the batch is shed before its
-    // body is read, and the gate retries it.
-    let Ok(_slot) = state.batch_slots.clone().try_acquire_owned() else {
-        state.metrics.batches_shed.inc();
-        return Err(AppError::new(
-            OriginCode::Overloaded,
-            format!("at most {BATCHES_IN_FLIGHT_MAX} batches are taken at once; retry shortly"),
-        )
-        .retry_after(1));
-    };
-    let body =
-        body_of(<Bytes as axum::extract::FromRequest<()>>::from_request(request, &()).await)?;
-    auth::forwarded_body(&head, &body).map_err(refused)?;
+    signed
+        .body(&body)
+        .map_err(|e| auth::refused_signature(&state, e))?;
     let batch: Batch = parse_json(&body)?;
     batch.validate().map_err(|e| {
         let code = match e {
@@ -319,6 +194,35 @@ async fn ingest(
     Ok(Json(BatchResult { results }))
 }
 
+/// One of the `BATCHES_IN_FLIGHT_MAX` slots, held until the answer, so that
+/// the batches in flight hold a bounded memory. Taken after `Signed` and
+/// before the body: past the bound a batch is shed before its body is read,
+/// and the gate retries it.
+struct BatchSlot(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit);
+
+impl axum::extract::FromRequestParts<Shared> for BatchSlot {
+    type Rejection = AppError;
+
+    async fn from_request_parts(
+        _: &mut axum::http::request::Parts,
+        state: &Shared,
+    ) -> Result<BatchSlot, AppError> {
+        match state.batch_slots.clone().try_acquire_owned() {
+            Ok(permit) => Ok(BatchSlot(permit)),
+            Err(_) => {
+                state.metrics.batches_shed.inc();
+                Err(AppError::new(
+                    OriginCode::Overloaded,
+                    format!(
+                        "at most {BATCHES_IN_FLIGHT_MAX} batches are taken at once; retry shortly"
+                    ),
+                )
+                .retry_after(1))
+            }
+        }
+    }
+}
+
 fn product_id(id: &str) -> Result<(), AppError> {
     if bounds::valid_product_id(id) {
         Ok(())
@@ -335,15 +239,9 @@ fn product_id(id: &str) -> Result<(), AppError> {
 
 async fn get_product(
     State(state): State<Shared>,
+    _: ReadToken,
     Path(id): Path<String>,
-    headers: HeaderMap,
 ) -> Result<Response, AppError> {
-    require(
-        &state,
-        &state.settings.read_tokens,
-        &headers,
-        "a read token",
-    )?;
     product_id(&id)?;
     let db = state.db.clone();
     let key = id.clone();
@@ -370,15 +268,9 @@ struct OrdersQuery {
 
 async fn list_orders(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    _: ReadToken,
     query: Result<Query<OrdersQuery>, QueryRejection>,
 ) -> Result<Response, AppError> {
-    require(
-        &state,
-        &state.settings.read_tokens,
-        &headers,
-        "a read token",
-    )?;
     let Query(q) = query.map_err(|r| AppError::new(OriginCode::BadQuery, r.body_text()))?;
     let limit = q.limit.unwrap_or(100);
     if !(1..=ORDERS_PAGE_MAX).contains(&limit) {
@@ -424,16 +316,9 @@ struct MintRequest {
 /// buyer, which the gate then accepts as proof of that buyer.
 async fn mint_buyer_token(
     State(state): State<Shared>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    _: ShopToken,
+    RawBody(body): RawBody,
 ) -> Result<Response, AppError> {
-    require(
-        &state,
-        &state.settings.shop_tokens,
-        &headers,
-        "a shop token",
-    )?;
-    let body = body_of(body)?;
     let req: MintRequest = parse_json(&body)?;
     if !bounds::valid_buyer_id(&req.buyer_id) {
         return Err(AppError::new(
@@ -472,9 +357,9 @@ async fn mint_buyer_token(
 async fn healthz(State(state): State<Shared>) -> Response {
     let db = state.db.clone();
     match state.reads.run(async move { db.ping().await }).await {
-        Ok(()) => {
-            Json(json!({ "status": "ok", "backend": state.db.backend().as_str() })).into_response()
-        }
+        // Only whether it answers: which database the origin runs on is
+        // no business of an anonymous caller.
+        Ok(()) => Json(json!({ "status": "ok" })).into_response(),
         Err(e) => {
             tracing::error!(error = %e, "health check failed");
             AppError::new(OriginCode::Unhealthy, "the database does not answer").into_response()
@@ -482,13 +367,7 @@ async fn healthz(State(state): State<Shared>) -> Response {
     }
 }
 
-async fn metrics(State(state): State<Shared>, headers: HeaderMap) -> Result<Response, AppError> {
-    require(
-        &state,
-        &state.settings.read_tokens,
-        &headers,
-        "a read token",
-    )?;
+async fn metrics(State(state): State<Shared>, _: ReadToken) -> Result<Response, AppError> {
     let mut resp = state.metrics.render().into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -497,16 +376,10 @@ async fn metrics(State(state): State<Shared>, headers: HeaderMap) -> Result<Resp
     Ok(resp)
 }
 
-impl demo::DemoSettings {
-    /// The CORS layer of the demo route, for the buyer page's origin.
-    pub fn cors(&self) -> Option<CorsLayer> {
-        let origin = HeaderValue::from_str(self.allow_origin.as_deref()?).ok()?;
-        Some(
-            CorsLayer::new()
-                .allow_origin(origin)
-                .allow_methods([Method::POST])
-                .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
-                .max_age(Duration::from_secs(600)),
-        )
-    }
+/// The demo payment route while the demo payments are off.
+async fn demo_off() -> AppError {
+    AppError::new(
+        OriginCode::NotFound,
+        "demo payments are off (serve --demo-payments)",
+    )
 }

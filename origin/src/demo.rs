@@ -3,36 +3,19 @@
 //! confirms the reservation at the gate with a payment key the browser
 //! never sees. Off unless `serve --demo-payments` is given.
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use flashgate_wire::keys::KeySet;
+use flashgate_wire::bounds;
 use flashgate_wire::signing::{self, Purpose};
-use flashgate_wire::{bounds, token};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::app::{body_of, now_ms, parse_json, AppState};
-use crate::auth;
+use crate::auth::BuyerToken;
+use crate::body::{parse_json, RawBody};
+use crate::limits::GATE_TIMEOUT;
 use crate::problem::{AppError, OriginCode};
-
-/// How long the gate may take to answer a confirmation.
-const GATE_TIMEOUT: Duration = Duration::from_secs(10);
-
-pub struct DemoSettings {
-    /// `PAYMENT_KEYS`: the confirmation is signed with these.
-    pub payment_keys: KeySet,
-    /// Where the gate is.
-    pub gate_url: String,
-    /// The buyer page's origin, allowed by CORS (the gate's URL).
-    pub allow_origin: Option<String>,
-    pub client: reqwest::Client,
-}
+use crate::state::{now_ms, Shared};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -42,10 +25,13 @@ struct PayRequest {
     payment_ref: Option<String>,
 }
 
+/// `POST /v1/demo/payments`, routed only while the demo payments are on.
+/// The buyer token is checked from the head (`BuyerToken`) before the body
+/// is read.
 pub async fn pay(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    State(state): State<Shared>,
+    BuyerToken(claims): BuyerToken,
+    RawBody(body): RawBody,
 ) -> Result<Response, AppError> {
     let Some(demo) = &state.settings.demo else {
         return Err(AppError::new(
@@ -53,16 +39,7 @@ pub async fn pay(
             "demo payments are off (serve --demo-payments)",
         ));
     };
-    let token = auth::bearer(&headers)
-        .ok_or_else(|| AppError::unauthorized("send the buyer's token as Authorization: Bearer"))?;
-    let claims = token::verify(
-        &state.settings.buyer_keys,
-        token,
-        &state.settings.buyer_audience,
-        now_ms() / 1000,
-    )
-    .map_err(|e| AppError::new(OriginCode::TokenInvalid, e.describe()))?;
-    let req: PayRequest = parse_json(&body_of(body)?)?;
+    let req: PayRequest = parse_json(&body)?;
     if !bounds::valid_product_id(&req.product_id)
         || !bounds::valid_reservation_id(&req.reservation_id)
     {

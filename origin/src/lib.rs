@@ -7,10 +7,13 @@
 
 pub mod app;
 pub mod auth;
+pub mod body;
 pub mod db;
 pub mod demo;
+pub mod limits;
 pub mod metrics;
 pub mod problem;
 pub mod reads;
 pub mod reconcile;
 pub mod server;
+pub mod state;

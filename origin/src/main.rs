@@ -6,11 +6,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use flashgate_origin::app::{self, AppState, Settings};
 use flashgate_origin::db::Db;
-use flashgate_origin::demo::DemoSettings;
-use flashgate_origin::{reconcile, server};
-use flashgate_wire::keys::KeySet;
+use flashgate_origin::server::ServeLimits;
+use flashgate_origin::state::{key_set, AppState, DemoSettings, Settings};
+use flashgate_origin::{app, limits, reconcile, server};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -36,7 +35,9 @@ struct DbArgs {
 }
 
 /// Key sets are `kid:secret,kid@activate_ms:secret,...`; each secret at
-/// least 32 bytes. A set that breaks that rule stops the start.
+/// least 32 bytes, random (`openssl rand -hex 32`), and none of the
+/// examples published with flashgate. A set that breaks a rule stops the
+/// start.
 #[derive(Args)]
 struct Keys {
     /// The gate's batches are signed with one of these.
@@ -92,6 +93,14 @@ enum Command {
         /// A batch that takes longer is rolled back and answered with 503.
         #[arg(long, env = "FLASHGATE_BATCH_TIMEOUT_MS", default_value_t = 10_000)]
         batch_timeout_ms: u64,
+        /// A request body must arrive whole within this of its head, or it
+        /// is answered 408 `body_timeout`. At most the request deadline.
+        #[arg(long, env = "FLASHGATE_BODY_DEADLINE_MS",
+              default_value_t = limits::BODY_READ_TIMEOUT.as_millis() as u64)]
+        body_deadline_ms: u64,
+        /// Connections open at once; past it a new one is closed at once.
+        #[arg(long, env = "FLASHGATE_CONNECTIONS_MAX", default_value_t = limits::CONNECTIONS_MAX)]
+        connections_max: usize,
     },
     /// Compare each product's gate stats with the origin's orders; exit 2 on
     /// drift, 1 if the gate cannot be read.
@@ -129,11 +138,16 @@ async fn shutdown_signal() {
     tracing::info!("shutting down");
 }
 
-fn key_set(name: &str, text: &str) -> anyhow::Result<KeySet> {
-    KeySet::parse(text).with_context(|| format!("{name} is refused"))
-}
-
-fn settings(keys: Keys, demo: Demo, batch_timeout_ms: u64) -> anyhow::Result<Settings> {
+fn settings(
+    keys: Keys,
+    demo: Demo,
+    batch_timeout_ms: u64,
+    body_deadline_ms: u64,
+) -> anyhow::Result<Settings> {
+    let request_ms = limits::REQUEST_TIMEOUT.as_millis() as u64;
+    if !(1..=request_ms).contains(&body_deadline_ms) {
+        anyhow::bail!("--body-deadline-ms must be 1 to {request_ms} (the request deadline)");
+    }
     let demo = if demo.demo_payments {
         let payment_keys = demo
             .payment_keys
@@ -159,6 +173,7 @@ fn settings(keys: Keys, demo: Demo, batch_timeout_ms: u64) -> anyhow::Result<Set
         buyer_audience: keys.buyer_token_audience,
         demo,
         batch_timeout: Duration::from_millis(batch_timeout_ms),
+        body_deadline: Duration::from_millis(body_deadline_ms),
     })
 }
 
@@ -177,10 +192,15 @@ async fn main() -> anyhow::Result<()> {
             keys,
             demo,
             batch_timeout_ms,
+            body_deadline_ms,
+            connections_max,
         } => {
-            // Keys are checked before anything opens: a short secret stops
-            // the start.
-            let settings = settings(keys, demo, batch_timeout_ms)?;
+            // Keys are checked before anything opens: a short, published
+            // or plainly not random secret stops the start.
+            let settings = settings(keys, demo, batch_timeout_ms, body_deadline_ms)?;
+            if connections_max == 0 {
+                anyhow::bail!("--connections-max must be at least 1");
+            }
             let database = Db::connect(db.database_url.as_deref(), &db.data_dir).await?;
             tracing::info!(
                 backend = ?database.backend(),
@@ -192,7 +212,13 @@ async fn main() -> anyhow::Result<()> {
             let listener = tokio::net::TcpListener::bind(listen)
                 .await
                 .with_context(|| format!("binding {listen}"))?;
-            server::serve(listener, app::router(state), shutdown_signal()).await?;
+            server::serve(
+                listener,
+                app::router(state),
+                ServeLimits { connections_max },
+                shutdown_signal(),
+            )
+            .await?;
             database.close().await;
             Ok(())
         }

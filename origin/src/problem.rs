@@ -46,6 +46,7 @@ origin_codes! {
     MethodNotAllowed => "method_not_allowed", 405, "Method not allowed";
     BodyTooLarge => "body_too_large", 413, "Request body too large";
     BadBody => "bad_body", 400, "Unreadable request body";
+    BodyTimeout => "body_timeout", 408, "Request body too slow";
     MalformedJson => "malformed_json", 400, "Malformed JSON";
     InvalidBody => "invalid_body", 422, "Invalid request body";
     BatchTooLarge => "batch_too_large", 413, "Batch too large";

@@ -5,26 +5,33 @@
 //! These tests are not optional: an unreachable Postgres fails them.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use flashgate_origin::app::{self, AppState, Settings};
+use flashgate_origin::app;
 use flashgate_origin::db::Db;
+use flashgate_origin::limits;
+use flashgate_origin::state::{self, AppState, Settings};
 use flashgate_wire::keys::KeySet;
 use flashgate_wire::signing::{self, Purpose};
 use flashgate_wire::{token, Batch, Event};
 use http_body_util::BodyExt;
 use serde_json::Value;
-use sqlx::{Connection, Executor, PgConnection};
 use tower::ServiceExt;
 
-const FORWARD_KEYS: &str = "f1:forward-key-0123456789abcdef0123456789";
-const READ_TOKEN: &str = "read-token-0123456789abcdef0123456789";
-const SHOP_TOKEN: &str = "shop-token-0123456789abcdef0123456789";
-const BUYER_KEYS: &str = "b1:buyer-key-0123456789abcdef0123456789ab";
-const PAYMENT_KEYS: &str = "p1:payment-key-0123456789abcdef012345678";
+#[macro_use]
+mod support;
+use support::{pg_admin_url, random_secret, TestDb};
+
+// Made afresh by each test process, as an operator makes them, so that no
+// usable secret is written down; each passes the origin's secret check.
+static FORWARD_KEYS: LazyLock<String> = LazyLock::new(|| format!("f1:{}", random_secret()));
+static READ_TOKEN: LazyLock<String> = LazyLock::new(random_secret);
+static SHOP_TOKEN: LazyLock<String> = LazyLock::new(random_secret);
+static BUYER_KEYS: LazyLock<String> = LazyLock::new(|| format!("b1:{}", random_secret()));
+static PAYMENT_KEYS: LazyLock<String> = LazyLock::new(|| format!("p1:{}", random_secret()));
 
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -33,104 +40,21 @@ fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
-fn pg_admin_url() -> String {
-    std::env::var("FLASHGATE_TEST_PG")
-        .unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".into())
-}
-
-/// A database of one backend, dropped (for Postgres) when the test ends.
-struct TestDb {
-    db: Db,
-    pg_name: Option<String>,
-    _dir: Option<TempDir>,
-}
-
-struct TempDir(std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-static COUNTER: AtomicU32 = AtomicU32::new(0);
-
-/// Server errors are logged, not returned; show them in test output.
-fn init_logs() {
-    let _ = tracing_subscriber::fmt()
-        .with_test_writer()
-        .with_env_filter("warn")
-        .try_init();
-}
-
-impl TestDb {
-    async fn sqlite() -> TestDb {
-        init_logs();
-        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-        let dir =
-            std::env::temp_dir().join(format!("flashgate-origin-test-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let db = Db::connect(None, &dir).await.expect("sqlite connects");
-        TestDb {
-            db,
-            pg_name: None,
-            _dir: Some(TempDir(dir)),
-        }
-    }
-
-    async fn postgres() -> TestDb {
-        init_logs();
-        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-        let name = format!("flashgate_test_{}_{n}", std::process::id());
-        let admin = pg_admin_url();
-        let mut conn = PgConnection::connect(&admin)
-            .await
-            .unwrap_or_else(|e| panic!("PostgreSQL at {admin} is required for these tests: {e}"));
-        conn.execute(format!("DROP DATABASE IF EXISTS {name}").as_str())
-            .await
-            .unwrap();
-        conn.execute(format!("CREATE DATABASE {name}").as_str())
-            .await
-            .unwrap();
-        conn.close().await.unwrap();
-        let url = match admin.rsplit_once('/') {
-            Some((base, _)) => format!("{base}/{name}"),
-            None => panic!("bad FLASHGATE_TEST_PG {admin}"),
-        };
-        let db = Db::connect(Some(&url), std::path::Path::new("unused"))
-            .await
-            .expect("postgres connects");
-        TestDb {
-            db,
-            pg_name: Some(name),
-            _dir: None,
-        }
-    }
-
-    async fn drop_db(self) {
-        self.db.close().await;
-        if let Some(name) = self.pg_name {
-            let mut conn = PgConnection::connect(&pg_admin_url()).await.unwrap();
-            conn.execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str())
-                .await
-                .unwrap();
-        }
-    }
-}
-
+/// A key set, checked as the origin checks its own at the start.
 fn keys(text: &str) -> KeySet {
-    KeySet::parse(text).unwrap()
+    state::key_set("a test key set", text).unwrap()
 }
 
-fn settings(demo: Option<flashgate_origin::demo::DemoSettings>) -> Settings {
+fn settings(demo: Option<state::DemoSettings>) -> Settings {
     Settings {
-        forward_keys: keys(FORWARD_KEYS),
-        read_tokens: keys(&format!("r1:{READ_TOKEN}")),
-        shop_tokens: keys(&format!("s1:{SHOP_TOKEN}")),
-        buyer_keys: keys(BUYER_KEYS),
+        forward_keys: keys(&FORWARD_KEYS),
+        read_tokens: keys(&format!("r1:{}", *READ_TOKEN)),
+        shop_tokens: keys(&format!("s1:{}", *SHOP_TOKEN)),
+        buyer_keys: keys(&BUYER_KEYS),
         buyer_audience: "flashgate".into(),
         demo,
         batch_timeout: Duration::from_secs(30),
+        body_deadline: limits::BODY_READ_TIMEOUT,
     }
 }
 
@@ -200,7 +124,7 @@ fn signed_with(keys_text: &str, purpose: Purpose, path: &str, body: Vec<u8>) -> 
 }
 
 fn signed(body: Vec<u8>) -> Request<Body> {
-    signed_with(FORWARD_KEYS, Purpose::Forward, "/v1/batches", body)
+    signed_with(&FORWARD_KEYS, Purpose::Forward, "/v1/batches", body)
 }
 
 async fn send(state: &Arc<AppState>, req: Request<Body>) -> (StatusCode, Value, String) {
@@ -220,7 +144,7 @@ async fn send(state: &Arc<AppState>, req: Request<Body>) -> (StatusCode, Value, 
 /// A read with the shop's read token.
 async fn get(state: &Arc<AppState>, uri: &str) -> (StatusCode, Value) {
     let req = Request::get(uri)
-        .header("authorization", format!("Bearer {READ_TOKEN}"))
+        .header("authorization", format!("Bearer {}", *READ_TOKEN))
         .body(Body::empty())
         .unwrap();
     let (s, b, _) = send(state, req).await;
@@ -229,7 +153,7 @@ async fn get(state: &Arc<AppState>, uri: &str) -> (StatusCode, Value) {
 
 async fn get_text(state: &Arc<AppState>, uri: &str) -> String {
     let req = Request::get(uri)
-        .header("authorization", format!("Bearer {READ_TOKEN}"))
+        .header("authorization", format!("Bearer {}", *READ_TOKEN))
         .body(Body::empty())
         .unwrap();
     let resp = app::router(state.clone()).oneshot(req).await.unwrap();
@@ -251,27 +175,6 @@ fn statuses(body: &Value) -> Vec<String> {
         .iter()
         .map(|r| r["status"].as_str().unwrap().to_string())
         .collect()
-}
-
-/// Runs one test body on SQLite, then on PostgreSQL.
-macro_rules! on_both {
-    ($name:ident, $body:expr) => {
-        mod $name {
-            use super::*;
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn sqlite() {
-                let t = TestDb::sqlite().await;
-                ($body)(t.db.clone()).await;
-                t.drop_db().await;
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn postgres() {
-                let t = TestDb::postgres().await;
-                ($body)(t.db.clone()).await;
-                t.drop_db().await;
-            }
-        }
-    };
 }
 
 on_both!(idempotent_reingest, |db: Db| async move {
@@ -408,7 +311,7 @@ on_both!(
         let st = state(&db);
         let body = batch("p1", vec![stock(1, 10), order("p1", 1, 1)]);
         let good = signing::sign(
-            &keys(FORWARD_KEYS),
+            &keys(&FORWARD_KEYS),
             &signing::Request {
                 purpose: Purpose::Forward,
                 method: "POST",
@@ -419,7 +322,7 @@ on_both!(
         );
         let stale_at = now_ms() - signing::SIGNATURE_SKEW_MS_MAX - 1_000;
         let stale = signing::sign(
-            &keys(FORWARD_KEYS),
+            &keys(&FORWARD_KEYS),
             &signing::Request {
                 purpose: Purpose::Forward,
                 method: "POST",
@@ -498,15 +401,15 @@ on_both!(
             ),
             (
                 "signed for another path",
-                signed_with(FORWARD_KEYS, Purpose::Forward, "/v1/other", body.clone()),
+                signed_with(&FORWARD_KEYS, Purpose::Forward, "/v1/other", body.clone()),
             ),
             (
                 "re-signed with the payment key",
-                signed_with(PAYMENT_KEYS, Purpose::Payment, "/v1/batches", body.clone()),
+                signed_with(&PAYMENT_KEYS, Purpose::Payment, "/v1/batches", body.clone()),
             ),
             (
                 "the forwarding secret under the payment purpose",
-                signed_with(FORWARD_KEYS, Purpose::Payment, "/v1/batches", body.clone()),
+                signed_with(&FORWARD_KEYS, Purpose::Payment, "/v1/batches", body.clone()),
             ),
         ];
         let n = cases.len();
@@ -520,7 +423,7 @@ on_both!(
         // not one.
         for (name, auth) in [
             ("none", None),
-            ("shop token", Some(format!("Bearer {SHOP_TOKEN}"))),
+            ("shop token", Some(format!("Bearer {}", *SHOP_TOKEN))),
             ("wrong", Some("Bearer nope".to_string())),
         ] {
             for uri in ["/v1/orders", "/v1/products/p1", "/metrics"] {
@@ -559,7 +462,7 @@ on_both!(the_shop_mints_buyer_tokens, |db: Db| async move {
         }
         req.body(Body::from(body.to_string())).unwrap()
     };
-    let shop = Some(format!("Bearer {SHOP_TOKEN}"));
+    let shop = Some(format!("Bearer {}", *SHOP_TOKEN));
     let (s, body, _) = send(
         &st,
         mint(shop.clone(), r#"{"buyer_id":"alice","ttl_s":60}"#),
@@ -567,7 +470,7 @@ on_both!(the_shop_mints_buyer_tokens, |db: Db| async move {
     .await;
     assert_eq!(s, StatusCode::CREATED, "{body}");
     let claims = token::verify(
-        &keys(BUYER_KEYS),
+        &keys(&BUYER_KEYS),
         body["token"].as_str().unwrap(),
         "flashgate",
         now_ms() / 1000,
@@ -578,7 +481,7 @@ on_both!(the_shop_mints_buyer_tokens, |db: Db| async move {
     for (auth, b, want) in [
         (None, r#"{"buyer_id":"alice"}"#, StatusCode::UNAUTHORIZED),
         (
-            Some(format!("Bearer {READ_TOKEN}")),
+            Some(format!("Bearer {}", *READ_TOKEN)),
             r#"{"buyer_id":"alice"}"#,
             StatusCode::UNAUTHORIZED,
         ),
@@ -686,7 +589,7 @@ on_both!(
         );
         let huge = format!(
             r#"{{"product_id":"p1","events":[],"pad":"{}"}}"#,
-            "x".repeat(app::BODY_BYTES_MAX)
+            "x".repeat(limits::BODY_BYTES_MAX)
         );
         // Unsigned, the same body is refused for its headers before it is
         // read: a flood without a signature costs no body read.
@@ -738,7 +641,7 @@ on_both!(
         // Anyone may send the gate's key id, a fresh time, the body's
         // digest and a made-up signature, then trickle the body: each is
         // refused from its headers at once, and takes no slot.
-        for _ in 0..app::BATCHES_IN_FLIGHT_MAX * 2 {
+        for _ in 0..limits::BATCHES_IN_FLIGHT_MAX * 2 {
             let (mut tx, body) =
                 http_body_util::channel::Channel::<axum::body::Bytes, std::io::Error>::new(1);
             tx.send_data(axum::body::Bytes::from_static(b"{"))
@@ -754,7 +657,7 @@ on_both!(
             assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
             assert_eq!(
                 st.batch_slots.available_permits(),
-                app::BATCHES_IN_FLIGHT_MAX
+                limits::BATCHES_IN_FLIGHT_MAX
             );
             drop(tx);
         }
@@ -762,7 +665,7 @@ on_both!(
         // it never finishes, for at most the body's deadline, so the slots
         // bound the memory that batches in flight hold.
         let mut held = Vec::new();
-        for _ in 0..app::BATCHES_IN_FLIGHT_MAX {
+        for _ in 0..limits::BATCHES_IN_FLIGHT_MAX {
             let (mut tx, body) =
                 http_body_util::channel::Channel::<axum::body::Bytes, std::io::Error>::new(1);
             tx.send_data(axum::body::Bytes::from_static(b"{\"product_id\""))
@@ -817,7 +720,7 @@ on_both!(
             let resp = task.await.unwrap().unwrap();
             assert!(resp.status().is_client_error(), "{}", resp.status());
         }
-        wait_for(app::BATCHES_IN_FLIGHT_MAX).await;
+        wait_for(limits::BATCHES_IN_FLIGHT_MAX).await;
         let (s, body, _) = send(&st, signed(real)).await;
         assert_eq!(s, StatusCode::OK, "{body}");
         assert_eq!(statuses(&body), ["applied", "applied"]);
@@ -914,8 +817,8 @@ async fn the_demo_payment_preflight_allows_the_gate_page_only() {
     let page = "http://127.0.0.1:8787";
     let st = AppState::new(
         db,
-        settings(Some(flashgate_origin::demo::DemoSettings {
-            payment_keys: keys(FORWARD_KEYS),
+        settings(Some(state::DemoSettings {
+            payment_keys: keys(&FORWARD_KEYS),
             gate_url: page.into(),
             allow_origin: Some(page.into()),
             client: reqwest::Client::new(),

@@ -200,9 +200,10 @@ test("keys rotate under load with no request failing and no order lost", async (
   // forwarding key (a restart of the verifier); the gate keeps delivering.
   const T = Date.now() + 5_000;
   const newer = (set, kid, secret) => `${set},${kid}@${T}:${secret}`;
-  const forward = newer(keys.FORWARD_KEYS, "f2", "the-new-forward-key-0123456789abcdef01234");
-  const payment = newer(keys.PAYMENT_KEYS, "p2", "the-new-payment-key-0123456789abcdef01234");
-  const buyers = newer(keys.BUYER_TOKEN_KEYS, "b2", "the-new-buyer-key-0123456789abcdef0123456");
+  const newForward = keys.randomSecret();
+  const forward = newer(keys.FORWARD_KEYS, "f2", newForward);
+  const payment = newer(keys.PAYMENT_KEYS, "p2", keys.randomSecret());
+  const buyers = newer(keys.BUYER_TOKEN_KEYS, "b2", keys.randomSecret());
   const origin = await startOrigin({ forwardKeys: forward, env: { BUYER_TOKEN_KEYS: buyers } });
   const gate = await startGate({
     vars: gateVars({ originUrl: origin.url, overrides: { FORWARD_KEYS: forward, PAYMENT_KEYS: payment, BUYER_TOKEN_KEYS: buyers } }),
@@ -244,7 +245,7 @@ test("keys rotate under load with no request failing and no order lost", async (
     await sleep(Math.max(0, T - Date.now()) + 3_000);
     // Past T: the gate signs batches with f2. Retire f1 at the origin.
     await origin.stop();
-    restarted = await startOrigin({ port: origin.port, dataDir: origin.dataDir, forwardKeys: "f2:the-new-forward-key-0123456789abcdef01234", env: { BUYER_TOKEN_KEYS: buyers } });
+    restarted = await startOrigin({ port: origin.port, dataDir: origin.dataDir, forwardKeys: `f2:${newForward}`, env: { BUYER_TOKEN_KEYS: buyers } });
     await sleep(3_000);
     stop = true;
     await Promise.all(loops);

@@ -3,16 +3,23 @@
 // confirmations (flashgate-v2 signatures). Independent of the Rust code, so
 // the end-to-end tests check the wire formats against a second
 // implementation.
-import { createHash, createHmac } from "node:crypto";
+import { createHash, createHmac, randomBytes } from "node:crypto";
 
-export const ADMIN_TOKEN = "test-admin-token-0123456789abcdef0123456";
+/**
+ * A secret as an operator makes one (`openssl rand -hex 32`): made afresh
+ * by each test process, so that no usable secret is written in the
+ * repository, and each passes the services' check for random secrets.
+ */
+export const randomSecret = () => randomBytes(32).toString("hex");
+
+export const ADMIN_TOKEN = randomSecret();
 export const ADMIN_TOKENS = `a1:${ADMIN_TOKEN}`;
-export const BUYER_TOKEN_KEYS = "b1:test-buyer-key-0123456789abcdef01234567";
-export const PAYMENT_KEYS = "p1:test-payment-key-0123456789abcdef0123456";
-export const FORWARD_KEYS = "f1:test-forward-key-0123456789abcdef0123456";
-export const ID_SECRET = "test-id-secret-0123456789abcdef0123456789";
-export const READ_TOKEN = "test-read-token-0123456789abcdef01234567";
-export const SHOP_TOKEN = "test-shop-token-0123456789abcdef01234567";
+export const BUYER_TOKEN_KEYS = `b1:${randomSecret()}`;
+export const PAYMENT_KEYS = `p1:${randomSecret()}`;
+export const FORWARD_KEYS = `f1:${randomSecret()}`;
+export const ID_SECRET = randomSecret();
+export const READ_TOKEN = randomSecret();
+export const SHOP_TOKEN = randomSecret();
 export const AUDIENCE = "flashgate";
 
 /** The keys of a `kid:secret,kid@activate_ms:secret,...` set. */

@@ -221,7 +221,7 @@ impl<'k> Checked<'k> {
         method: &str,
         path: &str,
         digest: Option<&str>,
-    ) -> Result<Head<'k>, SignatureError> {
+    ) -> Result<Head, SignatureError> {
         let digest = digest
             .map(str::trim)
             .filter(|d| d.len() == 64 && d.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
@@ -230,26 +230,27 @@ impl<'k> Checked<'k> {
             .verify_slice(&self.given)
             .map_err(|_| SignatureError::Mismatch)?;
         Ok(Head {
-            kid: self.key.kid.as_str(),
+            kid: self.key.kid.clone(),
             digest: digest.to_string(),
         })
     }
 }
 
 /// Headers whose MAC verified over a stated digest: a request from a key
-/// holder, whose body is yet to be checked.
-pub struct Head<'k> {
-    kid: &'k str,
+/// holder, whose body is yet to be checked. It owns what it holds, so a
+/// receiver can keep it from the head to the body (an axum extractor).
+pub struct Head {
+    kid: String,
     digest: String,
 }
 
-impl<'k> Head<'k> {
+impl Head {
     /// Whether `body` is the one signed, returning the key id.
-    pub fn body(&self, body: &[u8]) -> Result<&'k str, SignatureError> {
+    pub fn body(&self, body: &[u8]) -> Result<&str, SignatureError> {
         // The digest is public (it was sent in the clear), so a plain
         // comparison tells an attacker nothing.
         if digest(body) == self.digest {
-            Ok(self.kid)
+            Ok(&self.kid)
         } else {
             Err(SignatureError::Mismatch)
         }
@@ -344,7 +345,7 @@ mod tests {
         assert_eq!(ok.body(b""), Err(SignatureError::Mismatch));
         // A made-up MAC with a true digest: refused before any body.
         let forged = format!("v2={}", "ab".repeat(32));
-        let refused = |r: Result<(&str, String), SignatureError>| r.err();
+        let refused = |r: Result<(String, String), SignatureError>| r.err();
         assert_eq!(
             refused(head(&forged, forward, path, Some(&s.digest))),
             Some(SignatureError::Mismatch)
