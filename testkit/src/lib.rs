@@ -164,7 +164,8 @@ impl Plan {
 #[derive(Clone, Debug)]
 pub struct Failure {
     pub seed: u64,
-    /// The step that broke an invariant (`step 412: reserve ...`), or
+    /// The step that broke an invariant: `step 412` when the step itself
+    /// panicked, `step 412: reserve ...` when the checks after it did, or
     /// `start` or `finish`.
     pub at: String,
     pub message: String,
@@ -176,7 +177,7 @@ impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "seed {} failed after {}: {}\nrerun with {}",
+            "seed {} failed at {}: {}\nrerun with {}",
             self.seed, self.at, self.message, self.rerun
         )
     }
@@ -193,7 +194,12 @@ pub fn run_seed<S: Simulation>(
     let result = catch_unwind(AssertUnwindSafe(|| {
         let mut sim = new(seed);
         for step in 0..plan.steps {
-            at = format!("step {step}: {}", sim.step());
+            // A step that panics is named by its number alone; a check
+            // that fails, with what the step did.
+            at.clear();
+            at.push_str(&format!("step {step}"));
+            let did = sim.step();
+            at.push_str(&format!(": {did}"));
             sim.check(&at);
         }
         at = "finish".into();
@@ -311,7 +317,8 @@ mod tests {
         }
     }
 
-    /// Counts up; its invariant breaks at step `breaks_at` of seed 3.
+    /// Counts up; its invariant breaks at 5 in seed 3, and its step itself
+    /// panics at 2 in seed 4.
     struct Counter {
         seed: u64,
         n: u64,
@@ -321,6 +328,7 @@ mod tests {
         type Summary = u64;
         fn step(&mut self) -> String {
             self.n += 1;
+            assert!(!(self.seed == 4 && self.n == 2), "step broke at 2");
             format!("to {}", self.n)
         }
         fn check(&mut self, step: &str) {
@@ -338,13 +346,16 @@ mod tests {
         assert_eq!((failure.seed, failure.at.as_str()), (3, "step 4: to 5"));
         assert_eq!(failure.rerun, "TOY_SEED=3 TOY_STEPS=8");
         assert!(failure.message.contains("broken at 5"), "{failure}");
+        let failure = run_seed(&plan, 4, |seed| Counter { seed, n: 0 }).unwrap_err();
+        assert_eq!(failure.at, "step 1", "a step that panics is named alone");
 
         let all = catch_unwind(|| run_plan(&plan, |seed| Counter { seed, n: 0 }));
         let message = *all
             .expect_err("a seed failed")
             .downcast::<String>()
             .unwrap();
-        assert!(message.contains("1 of 6 seeds failed"), "{message}");
+        assert!(message.contains("2 of 6 seeds failed"), "{message}");
+        assert!(message.contains("[3, 4]"), "{message}");
         assert!(
             message.contains("rerun with TOY_SEED=3 TOY_STEPS=8"),
             "{message}"
