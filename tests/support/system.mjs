@@ -122,13 +122,10 @@ class System {
   /** What reproduces a failure: the seed and file, the ports, the logs. */
   report() {
     const file = process.argv[1] ? relative(ROOT, process.argv[1]) : "the test file";
-    const tail = (text) =>
-      text
-        .trimEnd()
-        .split("\n")
-        .slice(-LOG_TAIL_LINES)
-        .map((l) => `    ${l}`)
-        .join("\n") || "    (empty)";
+    const tail = (text) => {
+      const lines = text.trimEnd().split("\n").filter((l) => l !== "");
+      return lines.length ? lines.slice(-LOG_TAIL_LINES).map((l) => `    ${l}`).join("\n") : "    (empty)";
+    };
     const lines = [`reproduce: E2E_SEED=${SEED} node --test ${file}`];
     if (this.gate) lines.push(`gate: ${this.gate.url}, state ${this.gate.stateDir}; workerd's log ends:`, tail(this.gate.stderr()));
     if (this.between) lines.push(`between the gate and the origin: ${this.between.url}`);
