@@ -16,36 +16,23 @@
 //!
 //! `cargo test --test object_sim` runs 100 seeds of 3,000 steps.
 //! `OBJECT_SIM_SEED=n` runs one seed, `OBJECT_SIM_SEEDS=n` n seeds, and
-//! `OBJECT_SIM_STEPS=n` sets the steps per seed. A failure prints its seed.
+//! `OBJECT_SIM_STEPS=n` sets the steps per seed (`flashgate_testkit::Plan`).
+//! A failure prints its seed, its step and the line that reruns it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use flashgate::ids::IdCodec;
 use flashgate::object::delivery::{self, Attempt};
 use flashgate::object::product::{DeliveryOutcome, Lease, ProductObject, Storage, StorageError};
 use flashgate::protocol::Command;
 use flashgate_core::{
-    splitmix64, Archive, Change, ConfigPatch, HoldState, ItemKey, OutboxEvent, ReservationRow, Row,
-    RowKey,
+    Archive, Change, ConfigPatch, HoldState, ItemKey, OutboxEvent, ReservationRow, Row, RowKey,
 };
 use flashgate_wire::{Batch, BatchResult, Event, EventResult, EventStatus};
 
 const SECRET: &[u8] = b"id-secret-0123456789abcdef0123456789";
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        splitmix64(&mut self.0)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
+use flashgate_testkit::{run_plan, Plan, Rng, Simulation};
 
 /// Storage as a map of rows, as SQLite holds them, that can be told to fail
 /// a write a few writes from now, its next commit, or its next load. A
@@ -318,7 +305,7 @@ fn order(id: u64) -> String {
 impl Sim {
     fn new(seed: u64) -> Sim {
         Sim {
-            rng: Rng(seed),
+            rng: Rng::new(seed),
             now: 1_000_000,
             store: MemStorage::default(),
             object: ProductObject::new(SECRET),
@@ -491,7 +478,7 @@ impl Sim {
         };
         let orders = lease.batch.events.len();
         let result = delivery::classify(&lease.batch, attempt);
-        let seed = self.rng.next();
+        let seed = self.rng.next_u64();
         match self
             .object
             .handle_delivery(&mut self.store, lease, result, self.now, seed)
@@ -514,7 +501,8 @@ impl Sim {
         }
     }
 
-    fn step(&mut self) -> String {
+    /// One random event, described.
+    fn operate(&mut self) -> String {
         // Faults are injected before an event, as a disk would fail.
         if self.rng.chance(4) {
             // Often inside a batch, after some of its rows were written.
@@ -594,7 +582,7 @@ impl Sim {
                 for _ in 0..self.rng.below(5) {
                     let t = flashgate_core::Ticket {
                         arrived_ms: self.now.saturating_sub(self.rng.below(3_000)),
-                        tiebreak: self.rng.next() as u32,
+                        tiebreak: self.rng.next_u64() as u32,
                     };
                     arrivals.add(&t, None);
                 }
@@ -685,7 +673,7 @@ impl Sim {
         (*id, buyer.clone())
     }
 
-    fn check(&self, desc: &str) {
+    fn check_all(&self, desc: &str) {
         // An object that trusts its memory holds exactly what storage
         // holds, but the paid records, which it leaves in storage.
         if !self.object.is_poisoned() {
@@ -766,7 +754,7 @@ impl Sim {
 
     /// Ends the run: no more faults, time passes, the outbox drains, and the
     /// origin then holds exactly the stored confirmations (I2).
-    fn finish(&mut self) {
+    fn drain(&mut self) {
         self.store.fail_write_in = None;
         self.store.fail_commits = 0;
         self.store.fail_loads = 0;
@@ -838,68 +826,45 @@ impl Sim {
     }
 }
 
-fn run_seed(seed: u64, steps: u64) -> Result<[u64; 6], String> {
-    let mut sim = Sim::new(seed);
-    let mut last = String::from("start");
-    let result = catch_unwind(AssertUnwindSafe(|| {
-        for step in 0..steps {
-            last = format!("step {step}: {}", sim.step());
-            sim.check(&last);
-        }
-        last = "finish".into();
-        sim.finish();
-        [
-            sim.failed_writes,
-            sim.reloads,
-            sim.stale,
-            sim.origin.deliveries,
-            sim.store.grouped_commits,
-            sim.failed_batches,
-        ]
-    }));
-    result.map_err(|e| {
-        let msg = e
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default();
-        format!("seed {seed} failed after {last}: {msg}\nrerun with OBJECT_SIM_SEED={seed}")
-    })
-}
+impl Simulation for Sim {
+    /// Failed writes, reloads, stale deliveries, deliveries, grouped
+    /// commits and failed batches: the paths the run exists for.
+    type Summary = [u64; 6];
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().map(|v| {
-        v.parse()
-            .unwrap_or_else(|_| panic!("{name} must be a number, got {v:?}"))
-    })
+    fn step(&mut self) -> String {
+        self.operate()
+    }
+
+    fn check(&mut self, step: &str) {
+        self.check_all(step);
+    }
+
+    fn finish(mut self) -> [u64; 6] {
+        self.drain();
+        [
+            self.failed_writes,
+            self.reloads,
+            self.stale,
+            self.origin.deliveries,
+            self.store.grouped_commits,
+            self.failed_batches,
+        ]
+    }
 }
 
 #[test]
 fn simulate_the_object_under_faults() {
-    let steps = env_u64("OBJECT_SIM_STEPS").unwrap_or(3_000);
-    let seeds: Vec<u64> = match (env_u64("OBJECT_SIM_SEED"), env_u64("OBJECT_SIM_SEEDS")) {
-        (Some(seed), _) => vec![seed],
-        (None, Some(n)) => (0..n).collect(),
-        (None, None) => (0..100).collect(),
-    };
-    let mut failures = Vec::new();
+    let plan = Plan::from_env("OBJECT_SIM", 100, 3_000);
     let mut totals = [0u64; 6];
-    for &seed in &seeds {
-        match run_seed(seed, steps) {
-            Ok(counts) => {
-                for (t, c) in totals.iter_mut().zip(counts) {
-                    *t += c;
-                }
-            }
-            Err(e) => {
-                eprintln!("{e}");
-                failures.push(seed);
-            }
+    for counts in run_plan(&plan, Sim::new) {
+        for (t, c) in totals.iter_mut().zip(counts) {
+            *t += c;
         }
     }
     eprintln!(
-        "object sim: {} seeds x {steps} steps; failed writes {}, reloads {}, stale deliveries {}, deliveries {}, grouped commits {}, failed batches {}; failing seeds {failures:?}",
-        seeds.len(),
+        "object sim: {} seeds x {} steps; failed writes {}, reloads {}, stale deliveries {}, deliveries {}, grouped commits {}, failed batches {}",
+        plan.seeds.len(),
+        plan.steps,
         totals[0],
         totals[1],
         totals[2],
@@ -907,9 +872,8 @@ fn simulate_the_object_under_faults() {
         totals[4],
         totals[5],
     );
-    assert!(failures.is_empty(), "failing seeds: {failures:?}");
     // The run must reach the paths it exists for.
-    if seeds.len() >= 20 {
+    if plan.seeds.len() >= 20 {
         assert!(totals.iter().all(|&t| t > 0), "{totals:?}");
     }
 }

@@ -4,13 +4,15 @@
 //! through its `Storage` and checks, after every step, that loading the
 //! database back restores a gate identical to the one in memory.
 //!
-//! `SQL_SEED=n` replays one seed; a failure prints its seed and step.
+//! 20 seeds of 600 steps; `SQL_SEED=n` replays one seed, `SQL_SEEDS=n` runs
+//! n seeds and `SQL_STEPS=n` sets the steps (`flashgate_testkit::Plan`). A
+//! failure prints its seed, its step and the line that reruns it.
 
-use flashgate::limits::{CATALOG_PAGE_MAX, LISTED_MAX, PRODUCTS_MAX};
 use flashgate::object::product::{ProductObject, Reader, Storage, StorageError};
 use flashgate::object::sql::{SqlDb, SqlValue};
 use flashgate::protocol::Command;
-use flashgate_core::{splitmix64, Config, ConfigPatch, Gate, Mode};
+use flashgate_core::{Config, ConfigPatch, Gate, Mode};
+use flashgate_testkit::{run_plan, Plan, Rng, Simulation};
 use rusqlite::types::ValueRef;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
@@ -128,23 +130,20 @@ impl SqlDb for Lite {
 
 const SECRET: &[u8] = b"id-secret-0123456789abcdef0123456789";
 
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        splitmix64(&mut self.0) % n.max(1)
-    }
+/// A gate whose every change goes through SQLite, and is read back.
+struct SqlSim {
+    rng: Rng,
+    store: Lite,
+    gate: Gate,
+    /// Odd seeds leave paid records in SQLite and read them back from it,
+    /// as the object does.
+    archived: bool,
+    now: u64,
+    steps: u64,
 }
 
-/// Every kind of row and change goes through SQLite and comes back equal.
-#[test]
-fn sqlite_restores_exactly_what_the_gate_wrote() {
-    let seeds: Vec<u64> = match std::env::var("SQL_SEED") {
-        Ok(s) => vec![s.parse().expect("SQL_SEED is a number")],
-        Err(_) => (0..20).collect(),
-    };
-    for seed in seeds {
-        let mut rng = Rng(seed);
+impl SqlSim {
+    fn new(seed: u64) -> SqlSim {
         let mut store = Lite::new();
         assert_eq!(
             store.load_all().unwrap(),
@@ -156,15 +155,13 @@ fn sqlite_restores_exactly_what_the_gate_wrote() {
             idem_window_ms: 500,
             per_buyer_max: 4,
             quantity_max: 2,
-            opens_at_ms: (seed % 2 == 0).then_some(5),
+            opens_at_ms: seed.is_multiple_of(2).then_some(5),
             // A waiting room, so that its row (counts per second as JSON,
             // and the floor) goes through SQLite too.
             admit_per_s: 3,
             ..Config::default()
         };
         let mut gate = Gate::new(10, config, 30).unwrap();
-        // Odd seeds leave paid records in SQLite and read them back from
-        // it, as the object does.
         let archived = seed % 2 == 1;
         if archived {
             gate.set_archived();
@@ -172,84 +169,123 @@ fn sqlite_restores_exactly_what_the_gate_wrote() {
         store
             .write(Some("p-sql"), &gate.take_changes())
             .expect("create");
-        let mut now = 10;
-        for step in 0..600 {
-            let buyer = format!("b{}", rng.below(8));
-            let reader = Reader::new(&mut store);
-            let a = &reader;
-            match rng.below(10) {
-                0..=3 => {
-                    let key = format!("k{}", rng.below(200));
-                    gate.reserve(a, now, &buyer, &key, 1 + rng.below(2) as u32, None);
-                }
-                4 => {
-                    gate.confirm(a, now, 1 + rng.below(step + 1), &buyer, "pay-ü");
-                }
-                5 => {
-                    gate.cancel(a, now, 1 + rng.below(step + 1), &buyer);
-                }
-                6 => {
-                    now += rng.below(700);
-                    gate.handle_timeout(now);
-                }
-                8 => {
-                    let _ = gate.void(a, now, 1 + rng.below(step + 1));
-                }
-                7 => {
-                    let mut arrivals = flashgate_core::Arrivals::default();
-                    for i in 0..rng.below(4) {
-                        let t = flashgate_core::Ticket {
-                            arrived_ms: now.saturating_sub(rng.below(2_000)),
-                            tiebreak: (i * 7919) as u32,
-                        };
-                        arrivals.add(&t, gate.config().opens_at_ms);
-                    }
-                    gate.record_arrivals(now, &arrivals);
-                    let batch = gate.poll_outbox(now, 3);
-                    if let Some(last) = batch.last() {
-                        if rng.below(2) == 0 {
-                            gate.ack_outbox(last.seq);
-                        } else {
-                            gate.nack_outbox(now, step);
-                        }
-                    }
-                }
-                _ => {
-                    let patch = ConfigPatch {
-                        closes_at_ms: Some((rng.below(2) == 0).then_some(now + 100_000)),
-                        mode: Some(if rng.below(3) == 0 {
-                            Mode::Paused
-                        } else {
-                            Mode::Active
-                        }),
-                        ..ConfigPatch::default()
-                    };
-                    let _ = gate.configure(a, now, &patch);
-                    let _ = gate.restock(a, now, rng.below(3));
-                }
-            }
-            let store = reader
-                .finish()
-                .unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
-            store
-                .write(None, &gate.take_changes())
-                .unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
-            gate.audit(&Reader::new(store))
-                .unwrap_or_else(|e| panic!("seed {seed} step {step}: audit: {e}"));
-            let loaded = store.load_all().unwrap().expect("the product is stored");
-            assert_eq!(loaded.product_id, "p-sql");
-            let restored = if archived {
-                Gate::restore_archived(loaded.rows)
-            } else {
-                Gate::restore(loaded.rows)
-            }
-            .unwrap_or_else(|e| panic!("seed {seed} step {step}: {e:?}"));
-            assert!(
-                restored.rows() == gate.rows(),
-                "seed {seed} step {step}: SQLite did not give back the gate's rows (SQL_SEED={seed})"
-            );
+        SqlSim {
+            rng: Rng::new(seed),
+            store,
+            gate,
+            archived,
+            now: 10,
+            steps: 0,
         }
     }
+}
+
+impl Simulation for SqlSim {
+    type Summary = ();
+
+    /// One gate operation, its changes written through SQLite.
+    fn step(&mut self) -> String {
+        let (rng, gate, now, step) = (&mut self.rng, &mut self.gate, &mut self.now, self.steps);
+        self.steps += 1;
+        let buyer = format!("b{}", rng.below(8));
+        let reader = Reader::new(&mut self.store);
+        let a = &reader;
+        let desc = match rng.below(10) {
+            0..=3 => {
+                let key = format!("k{}", rng.below(200));
+                gate.reserve(a, *now, &buyer, &key, 1 + rng.below(2) as u32, None);
+                "reserve"
+            }
+            4 => {
+                gate.confirm(a, *now, 1 + rng.below(step + 1), &buyer, "pay-ü");
+                "confirm"
+            }
+            5 => {
+                gate.cancel(a, *now, 1 + rng.below(step + 1), &buyer);
+                "cancel"
+            }
+            6 => {
+                *now += rng.below(700);
+                gate.handle_timeout(*now);
+                "time passes"
+            }
+            8 => {
+                let _ = gate.void(a, *now, 1 + rng.below(step + 1));
+                "void"
+            }
+            7 => {
+                let mut arrivals = flashgate_core::Arrivals::default();
+                for i in 0..rng.below(4) {
+                    let t = flashgate_core::Ticket {
+                        arrived_ms: now.saturating_sub(rng.below(2_000)),
+                        tiebreak: (i * 7919) as u32,
+                    };
+                    arrivals.add(&t, gate.config().opens_at_ms);
+                }
+                gate.record_arrivals(*now, &arrivals);
+                let batch = gate.poll_outbox(*now, 3);
+                if let Some(last) = batch.last() {
+                    if rng.below(2) == 0 {
+                        gate.ack_outbox(last.seq);
+                    } else {
+                        gate.nack_outbox(*now, step);
+                    }
+                }
+                "arrivals and the outbox"
+            }
+            _ => {
+                let patch = ConfigPatch {
+                    closes_at_ms: Some((rng.below(2) == 0).then_some(*now + 100_000)),
+                    mode: Some(if rng.below(3) == 0 {
+                        Mode::Paused
+                    } else {
+                        Mode::Active
+                    }),
+                    ..ConfigPatch::default()
+                };
+                let _ = gate.configure(a, *now, &patch);
+                let _ = gate.restock(a, *now, rng.below(3));
+                "config and restock"
+            }
+        };
+        let store = reader.finish().unwrap_or_else(|e| panic!("{desc}: {e}"));
+        store
+            .write(None, &gate.take_changes())
+            .unwrap_or_else(|e| panic!("{desc}: write: {e}"));
+        format!("{desc} by {buyer}")
+    }
+
+    /// Loading the database back restores a gate identical to the one in
+    /// memory.
+    fn check(&mut self, step: &str) {
+        self.gate
+            .audit(&Reader::new(&mut self.store))
+            .unwrap_or_else(|e| panic!("{step}: audit: {e}"));
+        let loaded = self
+            .store
+            .load_all()
+            .unwrap()
+            .expect("the product is stored");
+        assert_eq!(loaded.product_id, "p-sql");
+        let restored = if self.archived {
+            Gate::restore_archived(loaded.rows)
+        } else {
+            Gate::restore(loaded.rows)
+        }
+        .unwrap_or_else(|e| panic!("{step}: {e:?}"));
+        assert!(
+            restored.rows() == self.gate.rows(),
+            "{step}: SQLite did not give back the gate's rows"
+        );
+    }
+
+    fn finish(self) {}
+}
+
+/// Every kind of row and change goes through SQLite and comes back equal.
+#[test]
+fn sqlite_restores_exactly_what_the_gate_wrote() {
+    run_plan(&Plan::from_env("SQL", 20, 600), SqlSim::new);
 }
 
 /// The object over real SQLite: create, reserve, and a fresh object (as
@@ -429,6 +465,7 @@ fn a_failure_inside_a_batch_stores_none_of_it() {
 /// refuses a new product past its limit while an existing one still passes.
 #[test]
 fn the_catalog_registers_once_and_is_bounded() {
+    use flashgate::limits::{CATALOG_PAGE_MAX, LISTED_MAX, PRODUCTS_MAX};
     use flashgate::object::catalog::{self, Registered};
     let mut db = Lite::new();
     assert_eq!(catalog::newest(&mut db).unwrap(), Vec::<String>::new());

@@ -16,14 +16,15 @@
 //!   are telemetry and are not persisted);
 //! - storage, fed only by `take_changes`, equals `Gate::rows` exactly.
 //!
-//! `cargo test` runs 200 seeds of 10,000 operations. Environment:
+//! `cargo test` runs 200 seeds of 10,000 operations. Environment (read by
+//! `flashgate_testkit::Plan`):
 //! - `SIM_SEED=n` runs one seed; `SIM_SEEDS=n` runs n seeds from 0;
-//! - `SIM_OPS=n` sets the operations per seed.
+//! - `SIM_STEPS=n` sets the operations per seed.
 //!
-//! A failure prints the seed and the step; rerun it with `SIM_SEED`.
+//! A failure prints the seed, the step and the line that reruns it
+//! (`SIM_SEED=n SIM_STEPS=m`).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use flashgate_core::{
     backoff_ms, limits, splitmix64, AckOutcome, AdminRefusal, Admission, Arrivals, CancelOutcome,
@@ -31,28 +32,7 @@ use flashgate_core::{
     OutboxEvent, ReservationView, ReserveOutcome, Row, RowKey, Rules, SaleState, Ticket, Voided,
 };
 
-/// A tiny deterministic generator: the core's splitmix64. The test needs no
-/// more.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        splitmix64(&mut self.0)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-    fn range(&mut self, lo: u64, hi_inclusive: u64) -> u64 {
-        lo + self.below(hi_inclusive - lo + 1)
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
+use flashgate_testkit::{run_plan, Plan, Rng, Simulation};
 
 // ----- the reference model: plain vectors and linear scans -------------------
 
@@ -510,7 +490,7 @@ fn with_prequeue(rng: &mut Rng, mut c: Config) -> Config {
 
 impl Sim {
     fn new(seed: u64) -> Sim {
-        let mut rng = Rng(seed);
+        let mut rng = Rng::new(seed);
         let now = 1_000_000;
         let config = random_config(&mut rng, now);
         let mut config = with_prequeue(&mut rng, config);
@@ -609,30 +589,25 @@ impl Sim {
             0 => None,
             1 => Some(Ticket {
                 arrived_ms: self.now.saturating_sub(ttl + self.rng.below(1_000)),
-                tiebreak: self.rng.next() as u32,
+                tiebreak: self.rng.next_u64() as u32,
             }),
             2 => Some(Ticket {
                 arrived_ms: self.now.saturating_sub(self.rng.below(2_000)),
-                tiebreak: self.rng.next() as u32,
+                tiebreak: self.rng.next_u64() as u32,
             }),
-            _ if !self.tickets.is_empty() => {
-                let i = self.rng.below(self.tickets.len() as u64) as usize;
-                Some(self.tickets[i])
-            }
+            _ if !self.tickets.is_empty() => Some(*self.rng.pick(&self.tickets)),
             _ => None,
         }
     }
 
     fn buyer(&mut self) -> String {
-        let i = self.rng.below(self.buyers.len() as u64) as usize;
-        self.buyers[i].clone()
+        self.rng.pick(&self.buyers).clone()
     }
 
     /// A known reservation id most of the time, sometimes an unknown one.
     fn some_id(&mut self) -> (u64, String) {
         if !self.model.res.is_empty() && self.rng.chance(90) {
-            let i = self.rng.below(self.model.res.len() as u64) as usize;
-            let r = &self.model.res[i];
+            let r = self.rng.pick(&self.model.res);
             let (id, owner) = (r.id, r.buyer.clone());
             let buyer = if self.rng.chance(90) {
                 owner
@@ -645,14 +620,14 @@ impl Sim {
         }
     }
 
-    fn step(&mut self) -> String {
+    /// One random operation, described.
+    fn operate(&mut self) -> String {
         let op = self.rng.below(100);
         let desc;
         match op {
             0..=39 => {
                 let (buyer, key, qty) = if !self.sent.is_empty() && self.rng.chance(20) {
-                    let i = self.rng.below(self.sent.len() as u64) as usize;
-                    let (b, k, q) = self.sent[i].clone();
+                    let (b, k, q) = self.rng.pick(&self.sent).clone();
                     match self.rng.below(3) {
                         0 => (b, k, q),                                // exact replay
                         1 => (b, k, q + 1 + self.rng.below(2) as u32), // conflict
@@ -830,7 +805,7 @@ impl Sim {
                 assert_eq!(got, want, "{desc}");
             }
             87..=89 => {
-                let seed = self.rng.next();
+                let seed = self.rng.next_u64();
                 let m = &mut self.model;
                 let want = m.lease.take().is_some();
                 let got = self.gate.nack_outbox(self.now, seed);
@@ -863,7 +838,7 @@ impl Sim {
                         n if n > 0 && self.rng.chance(30) => {
                             self.tickets[self.rng.below(n as u64) as usize].tiebreak
                         }
-                        _ => self.rng.next() as u32,
+                        _ => self.rng.next_u64() as u32,
                     };
                     let t = Ticket {
                         arrived_ms: self.now.saturating_sub(self.rng.below(5_000)),
@@ -1057,8 +1032,7 @@ impl Sim {
     /// another buyer nothing.
     fn check_reads(&mut self) {
         for _ in 0..3.min(self.model.res.len()) {
-            let i = self.rng.below(self.model.res.len() as u64) as usize;
-            let r = self.model.res[i].clone();
+            let r = self.rng.pick(&self.model.res).clone();
             let got = self
                 .gate
                 .reservation(&self.storage, self.now, r.id, &r.buyer);
@@ -1089,7 +1063,7 @@ impl Sim {
         }
     }
 
-    fn check(&mut self) {
+    fn check_all(&mut self) {
         self.gate.audit(&self.storage).expect("audit");
         self.check_reads();
         // The model settles timeouts exactly where the gate does (at the start
@@ -1195,76 +1169,60 @@ fn model_phase(m: &Model, now: u64) -> SaleState {
     }
 }
 
-fn run_seed(seed: u64, ops: u64) -> Result<u64, String> {
-    let mut sim = Sim::new(seed);
-    let mut last = String::from("start");
-    let result = catch_unwind(AssertUnwindSafe(|| {
-        for step in 0..ops {
-            last = format!("step {step}: {}", sim.step());
-            let now = sim.now;
-            sim.model.sync(now);
-            sim.check();
-        }
-        sim.restores
-    }));
-    result.map_err(|e| {
-        let msg = e
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default();
-        format!("seed {seed} failed after {last}: {msg}\nrerun with SIM_SEED={seed}")
-    })
-}
+impl Simulation for Sim {
+    /// The restores of the run, and every `op:code` it produced.
+    type Summary = (u64, BTreeSet<String>);
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().map(|v| {
-        v.parse()
-            .unwrap_or_else(|_| panic!("{name} must be a number, got {v:?}"))
-    })
+    fn step(&mut self) -> String {
+        let desc = self.operate();
+        // The model settles timeouts exactly where the gate does (at the
+        // start of every handle call), so it catches up before the checks.
+        let now = self.now;
+        self.model.sync(now);
+        desc
+    }
+
+    fn check(&mut self, _step: &str) {
+        self.check_all();
+    }
+
+    fn finish(self) -> Self::Summary {
+        (self.restores, self.seen)
+    }
 }
 
 #[test]
 fn simulate_seeds_against_the_model() {
-    let ops = env_u64("SIM_OPS").unwrap_or(10_000);
-    let seeds: Vec<u64> = match (env_u64("SIM_SEED"), env_u64("SIM_SEEDS")) {
-        (Some(seed), _) => vec![seed],
-        (None, Some(n)) => (0..n).collect(),
-        (None, None) => (0..200).collect(),
-    };
-    let mut failures = Vec::new();
-    let mut restores = 0;
-    for &seed in &seeds {
-        match run_seed(seed, ops) {
-            Ok(r) => restores += r,
-            Err(e) => {
-                eprintln!("{e}");
-                failures.push(seed);
-            }
+    let plan = Plan::from_env("SIM", 200, 10_000);
+    let runs = run_plan(&plan, Sim::new);
+    let restores: u64 = runs.iter().map(|(r, _)| r).sum();
+    eprintln!(
+        "simulated {} seeds x {} operations, {restores} restores",
+        plan.seeds.len(),
+        plan.steps
+    );
+}
+
+/// The harness's generator draws the core's splitmix64, so that a seed
+/// replays the same run as it did before the harness was shared.
+#[test]
+fn the_harness_draws_the_cores_sequence() {
+    for seed in [0, 1, 42, u64::MAX] {
+        let (mut state, mut rng) = (seed, Rng::new(seed));
+        for _ in 0..100 {
+            assert_eq!(rng.next_u64(), splitmix64(&mut state), "seed {seed}");
         }
     }
-    eprintln!(
-        "simulated {} seeds x {ops} operations, {restores} restores; failing seeds: {failures:?}",
-        seeds.len()
-    );
-    assert!(failures.is_empty(), "failing seeds: {failures:?}");
 }
 
 /// The simulator must actually reach the interesting states, or it proves
 /// little. This checks that a fixed set of seeds covers every outcome.
 #[test]
 fn simulation_reaches_every_outcome() {
-    let mut seen = std::collections::BTreeSet::new();
-    for seed in 0..40 {
-        let mut sim = Sim::new(seed);
-        for _ in 0..2_000 {
-            sim.step();
-            let now = sim.now;
-            sim.model.sync(now);
-            sim.check();
-        }
-        seen.extend(sim.seen);
-    }
+    let seen: BTreeSet<String> = run_plan(&Plan::new("SIM", 40, 2_000), Sim::new)
+        .into_iter()
+        .flat_map(|(_, seen)| seen)
+        .collect();
     let want = [
         "reserve:reserved",
         "reserve:replayed",

@@ -2,33 +2,23 @@
 // /usr/bin/chromium, driven by playwright-core), against the gate on bare
 // workerd and the origin on SQLite. A screenshot of each state goes to
 // test-artifacts/screenshots/ (git-ignored).
-import { after, before, test } from "node:test";
+import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
-import { freePort, gateVars, ROOT, startGate } from "../support/runtime.mjs";
-import { startOrigin } from "../support/origin.mjs";
-import { client } from "../support/client.mjs";
+import { ROOT } from "../support/runtime.mjs";
 import { ADMIN_TOKEN, READ_TOKEN } from "../support/keys.mjs";
+import { useGate } from "../support/system.mjs";
 
 const SHOTS = join(ROOT, "test-artifacts/screenshots");
 mkdirSync(SHOTS, { recursive: true });
-let gate;
-let origin;
+// The page pays through the origin's demo payment endpoint, which confirms
+// at the gate: each must know the other.
+const shop = useGate({ origin: true, demoPayments: true, vars: { ORIGIN_READ_TOKEN: READ_TOKEN } });
 let browser;
-let api;
 
 before(async () => {
-  // The page pays through the origin's demo payment endpoint, which
-  // confirms at the gate: each must know the other.
-  const gatePort = await freePort();
-  origin = await startOrigin({ gateUrl: `http://127.0.0.1:${gatePort}` });
-  gate = await startGate({
-    port: gatePort,
-    vars: gateVars({ originUrl: origin.url, demoPaymentUrl: origin.url, overrides: { ORIGIN_READ_TOKEN: READ_TOKEN } }),
-  });
-  api = client(gate.url);
   browser = await chromium.launch({
     executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
     args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run"],
@@ -37,8 +27,6 @@ before(async () => {
 
 after(async () => {
   await browser?.close();
-  await gate?.stop();
-  await origin?.stop();
 });
 
 const shot = (page, name) => page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
@@ -48,14 +36,14 @@ const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 async function open(path, { lang = "en-US", width = 800 } = {}) {
   const ctx = await browser.newContext({ locale: lang, extraHTTPHeaders: { "accept-language": lang }, viewport: { width, height: 800 } });
   const page = await ctx.newPage();
-  await page.goto(`${gate.url}${path}`);
+  await page.goto(`${shop.url}${path}`);
   return { ctx, page };
 }
 
 /** Waits until the page is on its live socket (not polling). */
 const onSocket = (page) => page.waitForFunction(() => document.getElementById("mode").textContent.startsWith("●"));
 
-test("1. buy and pay: reserved with a countdown, then confirmed; the stats and the origin agree", async () => {
+shop.test("1. buy and pay: reserved with a countdown, then confirmed; the stats and the origin agree", async ({ api, origin }) => {
   const product = "page-buy";
   assert.equal((await api.put(product, { stock_total: 2, per_buyer_max: 2, quantity_max: 2, hold_ttl_ms: 60_000 })).status, 201);
   const { ctx, page } = await open(`/p/${product}`);
@@ -107,7 +95,7 @@ test("1. buy and pay: reserved with a countdown, then confirmed; the stats and t
   await ctx.close();
 });
 
-test("2. live: a second page sees available drop without a reload; reservation-to-update times", async () => {
+shop.test("2. live: a second page sees available drop without a reload; reservation-to-update times", async ({ api }) => {
   const product = "page-live";
   const n = 20;
   assert.equal((await api.put(product, { stock_total: 100, per_buyer_max: 1, quantity_max: 1, hold_ttl_ms: 60_000 })).status, 201);
@@ -140,7 +128,7 @@ test("2. live: a second page sees available drop without a reload; reservation-t
   await ctx.close();
 });
 
-test("3. sold out, then stock back live when a hold expires elsewhere", async () => {
+shop.test("3. sold out, then stock back live when a hold expires elsewhere", async ({ api }) => {
   const product = "page-soldout";
   assert.equal((await api.put(product, { stock_total: 1, per_buyer_max: 1, quantity_max: 1, hold_ttl_ms: 3_000 })).status, 201);
   const { ctx, page } = await open(`/p/${product}`);
@@ -159,7 +147,7 @@ test("3. sold out, then stock back live when a hold expires elsewhere", async ()
   await ctx.close();
 });
 
-test("4. waiting room: the position falls and the page is admitted by itself", async () => {
+shop.test("4. waiting room: the position falls and the page is admitted by itself", async ({ api }) => {
   const product = "page-room";
   assert.equal((await api.put(product, { stock_total: 10, admit_per_s: 1, per_buyer_max: 1, quantity_max: 1, hold_ttl_ms: 60_000 })).status, 201);
   // Five buyers are ahead of the page. The room admits one a second from
@@ -195,7 +183,7 @@ test("4. waiting room: the position falls and the page is admitted by itself", a
   await ctx.close();
 });
 
-test("5. a double click yields one reservation", async () => {
+shop.test("5. a double click yields one reservation", async ({ api }) => {
   const product = "page-double";
   assert.equal((await api.put(product, { stock_total: 5, per_buyer_max: 5, quantity_max: 1, hold_ttl_ms: 60_000 })).status, 201);
   const { ctx, page } = await open(`/p/${product}`);
@@ -213,7 +201,7 @@ test("5. a double click yields one reservation", async () => {
   await ctx.close();
 });
 
-test("6. admin: create a product in the console, a buyer buys, the live view shows the sale and the outbox draining", async () => {
+shop.test("6. admin: create a product in the console, a buyer buys, the live view shows the sale and the outbox draining", async ({ api }) => {
   const product = "console-made";
   const { ctx, page } = await open("/admin");
   await page.fill("#token", ADMIN_TOKEN);
@@ -247,7 +235,7 @@ test("6. admin: create a product in the console, a buyer buys, the live view sho
   await ctx.close();
 });
 
-test("7. at 360 px nothing overflows, and with Accept-Language zh-CN the pages are in Chinese", async () => {
+shop.test("7. at 360 px nothing overflows, and with Accept-Language zh-CN the pages are in Chinese", async ({ api }) => {
   const product = "page-layout";
   assert.equal((await api.put(product, { stock_total: 3, opens_at_ms: Date.now() + 3_600_000 })).status, 201);
   for (const path of ["/", `/p/${product}`, "/admin"]) {
@@ -275,7 +263,7 @@ test("7. at 360 px nothing overflows, and with Accept-Language zh-CN the pages a
   await ctx.close();
 });
 
-test("an unknown product says so, and a rate-limited reserve says when to try again", async () => {
+shop.test("an unknown product says so, and a rate-limited reserve says when to try again", async ({ api }) => {
   const unknown = await open("/p/nothing-here");
   await unknown.page.waitForFunction(() => document.getElementById("message").textContent.length > 0);
   assert.match(await text(unknown.page, "#message"), /no product/);
@@ -302,7 +290,7 @@ test("an unknown product says so, and a rate-limited reserve says when to try ag
   await ctx.close();
 });
 
-test("a buy whose answer is lost is retried with the same Idempotency-Key", async () => {
+shop.test("a buy whose answer is lost is retried with the same Idempotency-Key", async ({ api }) => {
   const product = "page-retry";
   assert.equal((await api.put(product, { stock_total: 5, per_buyer_max: 5, quantity_max: 1, hold_ttl_ms: 60_000 })).status, 201);
   const { ctx, page } = await open(`/p/${product}`);

@@ -2,12 +2,11 @@
 // the origin service (its real binary, on SQLite), over real HTTP.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { startGate, freePort } from "../support/runtime.mjs";
-import { startOrigin, startAnswerLosingProxy, reconcile } from "../support/origin.mjs";
-import { client, pool, rng, sleep } from "../support/client.mjs";
-
-const SEED = Number(process.env.E2E_SEED ?? Date.now() % 1_000_000);
-const why = (msg) => `${msg} (E2E_SEED=${SEED})`;
+import { freePort } from "../support/runtime.mjs";
+import { startAnswerLosingProxy, reconcile } from "../support/origin.mjs";
+import { drained, pool, sleep } from "../support/client.mjs";
+import { rng, why } from "../support/seed.mjs";
+import { withGate } from "../support/system.mjs";
 
 /** Reserves and confirms `n` orders for distinct buyers; returns them. */
 async function buy(api, product, n, rand, prefix = "b") {
@@ -26,16 +25,6 @@ async function buy(api, product, n, rand, prefix = "b") {
   return done;
 }
 
-async function drained(api, product, timeoutMs) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const s = (await api.stats(product)).body;
-    if (s.outbox.backlog === 0) return s;
-    if (Date.now() > deadline) return s;
-    await sleep(200);
-  }
-}
-
 function assertExactlyOnce(orders, bought, label) {
   const ids = orders.map((o) => o.reservation_id);
   assert.equal(new Set(ids).size, ids.length, why(`${label}: an order is stored twice`));
@@ -43,141 +32,101 @@ function assertExactlyOnce(orders, bought, label) {
   for (const o of orders) assert.equal(o.status, "accepted", why(`${label}: ${o.reservation_id} is ${o.status}`));
 }
 
-test("100 confirmed reservations reach the origin exactly once; reconciliation finds no drift", async () => {
-  const origin = await startOrigin();
-  const gate = await startGate({ originUrl: origin.url });
-  try {
-    const api = client(gate.url);
-    await api.put("fwd", { stock_total: 500, per_buyer_max: 2, quantity_max: 2 });
-    const bought = await buy(api, "fwd", 100, rng(SEED));
-    const s = await drained(api, "fwd", 30_000);
-    assert.equal(s.outbox.backlog, 0, why(`outbox not drained: ${JSON.stringify(s.outbox)}`));
-    assert.equal(s.outbox.last_error, null);
-    const orders = await origin.orders("fwd");
-    assert.equal(orders.length, 100);
-    assertExactlyOnce(orders, bought, "fwd");
-    const units = orders.reduce((a, o) => a + o.quantity, 0);
-    assert.equal(units, s.sold, why("origin units equal the gate's sold"));
-    const p = await origin.product("fwd");
-    assert.equal(p.sold, s.sold);
-    const rec = await reconcile({ dataDir: origin.dataDir, gateUrl: gate.url, products: ["fwd"] });
-    assert.equal(rec.code, 0, JSON.stringify(rec));
-    assert.equal(rec.products[0].drift_units, 0);
-    assert.equal(rec.summary.drift, false);
-  } finally {
-    await gate.stop();
-    await origin.stop();
-  }
-});
+test("100 confirmed reservations reach the origin exactly once; reconciliation finds no drift", () => withGate({ origin: true }, async ({ api, gate, origin }) => {
+  await api.put("fwd", { stock_total: 500, per_buyer_max: 2, quantity_max: 2 });
+  const bought = await buy(api, "fwd", 100, rng());
+  const s = await drained(api, "fwd", 30_000);
+  assert.equal(s.outbox.backlog, 0, why(`outbox not drained: ${JSON.stringify(s.outbox)}`));
+  assert.equal(s.outbox.last_error, null);
+  const orders = await origin.orders("fwd");
+  assert.equal(orders.length, 100);
+  assertExactlyOnce(orders, bought, "fwd");
+  const units = orders.reduce((a, o) => a + o.quantity, 0);
+  assert.equal(units, s.sold, why("origin units equal the gate's sold"));
+  const p = await origin.product("fwd");
+  assert.equal(p.sold, s.sold);
+  const rec = await reconcile({ dataDir: origin.dataDir, gateUrl: gate.url, products: ["fwd"] });
+  assert.equal(rec.code, 0, JSON.stringify(rec));
+  assert.equal(rec.products[0].drift_units, 0);
+  assert.equal(rec.summary.drift, false);
+}));
 
-test("the origin down for 30 s: buying goes on, and every order arrives once", async () => {
-  const origin = await startOrigin();
-  const gate = await startGate({ originUrl: origin.url });
-  let restarted;
-  try {
-    const api = client(gate.url);
-    await api.put("outage", { stock_total: 1000, per_buyer_max: 2, quantity_max: 2 });
-    const rand = rng(SEED + 1);
-    const before = await buy(api, "outage", 30, rand, "before");
-    await origin.stop();
-    const downAt = Date.now();
-    // Buy while the origin is down, timing each reserve + confirm.
-    const during = [];
-    const latencies = [];
-    while (Date.now() - downAt < 30_000) {
-      const t0 = performance.now();
-      during.push(...(await buy(api, "outage", 5, rand, `during-${during.length}`)));
-      latencies.push((performance.now() - t0) / 5);
-      await sleep(500);
-    }
-    const s = (await api.stats("outage")).body;
-    assert.ok(s.outbox.backlog > 0, "orders wait in the outbox");
-    assert.notEqual(s.outbox.last_error, null);
-    restarted = await startOrigin({ port: origin.port, dataDir: origin.dataDir });
-    const after = await buy(api, "outage", 10, rand, "after");
-    // The backoff is capped at 60 s, so the backlog drains within about that.
-    const end = await drained(api, "outage", 90_000);
-    assert.equal(end.outbox.backlog, 0, why(`not drained: ${JSON.stringify(end.outbox)}`));
-    const all = [...before, ...during, ...after];
-    const orders = await restarted.orders("outage");
-    assertExactlyOnce(orders, all, "outage");
-    latencies.sort((a, b) => a - b);
-    console.log(
-      `outage: ${during.length} orders bought while the origin was down; reserve+confirm median ${latencies[latencies.length >> 1].toFixed(1)} ms per order; ${orders.length} stored once each`,
-    );
-  } finally {
-    await gate.stop();
-    await restarted?.stop();
-    await origin.stop();
+test("the origin down for 30 s: buying goes on, and every order arrives once", () => withGate({ origin: true }, async (sys) => {
+  const { api } = sys;
+  await api.put("outage", { stock_total: 1000, per_buyer_max: 2, quantity_max: 2 });
+  const rand = rng(1);
+  const before = await buy(api, "outage", 30, rand, "before");
+  await sys.stopOrigin();
+  const downAt = Date.now();
+  // Buy while the origin is down, timing each reserve + confirm.
+  const during = [];
+  const latencies = [];
+  while (Date.now() - downAt < 30_000) {
+    const t0 = performance.now();
+    during.push(...(await buy(api, "outage", 5, rand, `during-${during.length}`)));
+    latencies.push((performance.now() - t0) / 5);
+    await sleep(500);
   }
-});
+  const s = (await api.stats("outage")).body;
+  assert.ok(s.outbox.backlog > 0, "orders wait in the outbox");
+  assert.notEqual(s.outbox.last_error, null);
+  const restarted = await sys.startOrigin();
+  const after = await buy(api, "outage", 10, rand, "after");
+  // The backoff is capped at 60 s, so the backlog drains within about that.
+  const end = await drained(api, "outage", 90_000);
+  assert.equal(end.outbox.backlog, 0, why(`not drained: ${JSON.stringify(end.outbox)}`));
+  const all = [...before, ...during, ...after];
+  const orders = await restarted.orders("outage");
+  assertExactlyOnce(orders, all, "outage");
+  latencies.sort((a, b) => a - b);
+  console.log(
+    `outage: ${during.length} orders bought while the origin was down; reserve+confirm median ${latencies[latencies.length >> 1].toFixed(1)} ms per order; ${orders.length} stored once each`,
+  );
+}));
 
-test("a batch committed but answered with an error is delivered again without duplicates", async () => {
-  const origin = await startOrigin();
-  const proxy = await startAnswerLosingProxy(origin.url, { lose: 3 });
-  const gate = await startGate({ originUrl: proxy.url });
-  try {
-    const api = client(gate.url);
-    await api.put("dup", { stock_total: 500, per_buyer_max: 2, quantity_max: 2 });
-    const bought = await buy(api, "dup", 40, rng(SEED + 2));
-    const s = await drained(api, "dup", 60_000);
-    assert.equal(s.outbox.backlog, 0, why(`not drained: ${JSON.stringify(s.outbox)}`));
-    const orders = await origin.orders("dup");
-    assertExactlyOnce(orders, bought, "dup");
-    const metrics = await origin.metrics();
-    const dups = Number(/flashgate_origin_events_duplicate_total (\d+)/.exec(metrics)?.[1] ?? 0);
-    assert.ok(dups > 0, `the origin saw redelivered orders: ${metrics}`);
-    assert.equal(proxy.lost(), 3, "three committed answers were lost");
-    assert.equal((await origin.product("dup")).sold, s.sold);
-  } finally {
-    await gate.stop();
-    await proxy.stop();
-    await origin.stop();
-  }
-});
+const losing = (options) => ({ origin: true, between: (origin) => startAnswerLosingProxy(origin.url, options) });
 
-test("an origin that sends its headers and then stalls: the delivery times out and goes again, once", async () => {
-  const origin = await startOrigin();
-  // The first batch is applied by the origin, but its answer stops half way.
-  const proxy = await startAnswerLosingProxy(origin.url, { lose: 1, stall: true });
-  const gate = await startGate({ originUrl: proxy.url });
-  try {
-    const api = client(gate.url);
-    await api.put("stall", { stock_total: 100, per_buyer_max: 2, quantity_max: 2 });
-    const bought = await buy(api, "stall", 10, rng(SEED + 4));
-    // The delivery's deadline (10 s) covers the answer's body, then the
-    // batch goes again after a backoff.
-    const s = await drained(api, "stall", 45_000);
-    assert.equal(s.outbox.backlog, 0, why(`not drained past a stalled answer: ${JSON.stringify(s.outbox)}`));
-    assert.equal(proxy.lost(), 1);
-    assertExactlyOnce(await origin.orders("stall"), bought, "stall");
-    assert.equal((await origin.product("stall")).sold, s.sold);
-  } finally {
-    await gate.stop();
-    await proxy.stop();
-    await origin.stop();
-  }
-});
+test("a batch committed but answered with an error is delivered again without duplicates", () => withGate(losing({ lose: 3 }), async ({ api, origin, between: proxy }) => {
+  await api.put("dup", { stock_total: 500, per_buyer_max: 2, quantity_max: 2 });
+  const bought = await buy(api, "dup", 40, rng(2));
+  const s = await drained(api, "dup", 60_000);
+  assert.equal(s.outbox.backlog, 0, why(`not drained: ${JSON.stringify(s.outbox)}`));
+  const orders = await origin.orders("dup");
+  assertExactlyOnce(orders, bought, "dup");
+  const metrics = await origin.metrics();
+  const dups = Number(/flashgate_origin_events_duplicate_total (\d+)/.exec(metrics)?.[1] ?? 0);
+  assert.ok(dups > 0, `the origin saw redelivered orders: ${metrics}`);
+  assert.equal(proxy.lost(), 3, "three committed answers were lost");
+  assert.equal((await origin.product("dup")).sold, s.sold);
+}));
+
+// The first batch is applied by the origin, but its answer stops half way.
+test("an origin that sends its headers and then stalls: the delivery times out and goes again, once", () => withGate(losing({ lose: 1, stall: true }), async ({ api, origin, between: proxy }) => {
+  await api.put("stall", { stock_total: 100, per_buyer_max: 2, quantity_max: 2 });
+  const bought = await buy(api, "stall", 10, rng(4));
+  // The delivery's deadline (10 s) covers the answer's body, then the
+  // batch goes again after a backoff.
+  const s = await drained(api, "stall", 45_000);
+  assert.equal(s.outbox.backlog, 0, why(`not drained past a stalled answer: ${JSON.stringify(s.outbox)}`));
+  assert.equal(proxy.lost(), 1);
+  assertExactlyOnce(await origin.orders("stall"), bought, "stall");
+  assert.equal((await origin.product("stall")).sold, s.sold);
+}));
 
 test("a gate started with the origin unreachable drains on its own once it is up", async () => {
   const port = await freePort();
-  const gate = await startGate({ originUrl: `http://127.0.0.1:${port}` });
-  let origin;
-  try {
-    const api = client(gate.url);
+  await withGate({ originUrl: `http://127.0.0.1:${port}` }, async (sys) => {
+    const { api } = sys;
     await api.put("late", { stock_total: 100, per_buyer_max: 2, quantity_max: 2 });
-    const bought = await buy(api, "late", 20, rng(SEED + 3));
+    const bought = await buy(api, "late", 20, rng(3));
     await sleep(3000);
     const waiting = (await api.stats("late")).body;
     // Twenty orders, after the product's first event, its stock total.
     assert.equal(waiting.outbox.backlog, 21);
     assert.match(waiting.outbox.last_error, /network/);
-    origin = await startOrigin({ port });
+    const origin = await sys.startOrigin({ port });
     const s = await drained(api, "late", 90_000);
     assert.equal(s.outbox.backlog, 0, why(`not drained: ${JSON.stringify(s.outbox)}`));
     assertExactlyOnce(await origin.orders("late"), bought, "late");
-  } finally {
-    await gate.stop();
-    await origin?.stop();
-  }
+  });
 });

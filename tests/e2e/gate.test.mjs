@@ -4,34 +4,14 @@
 //
 // Inputs are drawn from a seeded generator; E2E_SEED replays a run. Every
 // assertion message carries the seed.
-import { after, before, describe, test } from "node:test";
+import { describe } from "node:test";
 import assert from "node:assert/strict";
-import { startGate } from "../support/runtime.mjs";
-import { ADMIN_TOKEN, client, pool, rng, sleep, stateOf } from "../support/client.mjs";
-import { PAYMENT_KEYS, signHeaders } from "../support/keys.mjs";
+import { ADMIN_TOKEN, pool, sleep, stateOf } from "../support/client.mjs";
+import { signedConfirm } from "../support/keys.mjs";
+import { SEED, rng, why } from "../support/seed.mjs";
+import { useGate } from "../support/system.mjs";
 
-/** A confirm request signed as the shop's payment backend signs it. */
-function signedConfirm(path, body) {
-  const headers = { "content-type": "application/json", ...signHeaders({ keys: PAYMENT_KEYS, purpose: "payment", method: "POST", path, body }) };
-  return { path, init: { method: "POST", headers, body } };
-}
-
-const SEED = Number(process.env.E2E_SEED ?? Date.now() % 1_000_000);
-const why = (msg) => `${msg} (E2E_SEED=${SEED})`;
-console.log(`e2e seed: ${SEED}`);
-
-let gate;
-let api;
-
-before(async () => {
-  gate = await startGate();
-  api = client(gate.url);
-});
-
-after(async () => {
-  await gate?.stop();
-});
-
+const sale = useGate();
 
 function assertI1(s, total) {
   assert.equal(s.available + s.held + s.sold, s.stock_total, why(`I1: ${JSON.stringify(s)}`));
@@ -40,12 +20,12 @@ function assertI1(s, total) {
 }
 
 describe("concurrency", () => {
-  test("2,000 concurrent reserves from 500 buyers never oversell stock 100", async () => {
+  sale.test("2,000 concurrent reserves from 500 buyers never oversell stock 100", async ({ api }) => {
     const product = "conc";
     const perBuyerMax = 6;
     let r = await api.put(product, { stock_total: 100, per_buyer_max: perBuyerMax, quantity_max: 3, hold_ttl_ms: 600_000 });
     assert.equal(r.status, 201, JSON.stringify(r.body));
-    const rand = rng(SEED);
+    const rand = rng();
     const requests = Array.from({ length: 2000 }, (_, i) => ({
       buyer: `buyer-${i % 500}`,
       quantity: 1 + Math.floor(rand() * 3),
@@ -97,7 +77,7 @@ describe("concurrency", () => {
 });
 
 describe("idempotency", () => {
-  test("the same key and body sent 50 times at once reserves once", async () => {
+  sale.test("the same key and body sent 50 times at once reserves once", async ({ api }) => {
     const product = "idem";
     await api.put(product, { stock_total: 10, per_buyer_max: 5, quantity_max: 5 });
     const key = `key-${SEED}`;
@@ -125,7 +105,7 @@ describe("idempotency", () => {
 });
 
 describe("expiry", () => {
-  test("the alarm returns expired units with no request; confirms before and after expiry", async () => {
+  sale.test("the alarm returns expired units with no request; confirms before and after expiry", async ({ api }) => {
     const product = "expiry";
     await api.put(product, { stock_total: 5, per_buyer_max: 5, quantity_max: 5, hold_ttl_ms: 1500 });
     const a = await api.reserve(product, "alice", 2);
@@ -170,7 +150,7 @@ describe("expiry", () => {
 });
 
 describe("bad input", () => {
-  test("each bad request gets the right 4xx problem and changes nothing", async () => {
+  sale.test("each bad request gets the right 4xx problem and changes nothing", async ({ api }) => {
     const product = "bad";
     await api.put(product, { stock_total: 20, per_buyer_max: 4, quantity_max: 2 });
     const good = await api.reserve(product, "alice", 1);
@@ -210,8 +190,8 @@ describe("bad input", () => {
       ["unknown reservation", { path: `${base}/reservations/0123456789abcdef/cancel`, init: { method: "POST", headers: buyer } }, 404, "unknown_reservation"],
       ["malformed reservation id", { path: `${base}/reservations/abc`, init: { headers: buyer } }, 404, "unknown_reservation"],
       ["another buyer's reservation", post(`${base}/reservations/${rid}/cancel`, "", { authorization: `Bearer ${api.tokenOf("mallory")}` }), 404, "unknown_reservation"],
-      ["empty payment_ref", signedConfirm(`${base}/reservations/${rid}/confirm`, '{"buyer_id":"alice","payment_ref":""}'), 422, "invalid_body"],
-      ["confirm without buyer_id", signedConfirm(`${base}/reservations/${rid}/confirm`, '{"payment_ref":"p"}'), 422, "invalid_body"],
+      ["empty payment_ref", signedConfirm(product, rid, { body: '{"buyer_id":"alice","payment_ref":""}' }), 422, "invalid_body"],
+      ["confirm without buyer_id", signedConfirm(product, rid, { body: '{"payment_ref":"p"}' }), 422, "invalid_body"],
       ["unsigned confirm", post(`${base}/reservations/${rid}/confirm`, '{"buyer_id":"alice","payment_ref":"p"}', { ...json, ...buyer }), 401, "bad_signature"],
       ["missing admin token", { path: `/admin/products/${product}/stats`, init: {} }, 401, "unauthorized"],
       ["wrong admin token", { path: `/admin/products/${product}`, init: { method: "PUT", headers: { ...json, authorization: "Bearer nope" }, body: '{"stock_total":1}' } }, 401, "unauthorized"],

@@ -3,26 +3,15 @@
 // that only grow, the socket cap and each client's share of it, abuse (a
 // forged token, a viewer that talks, no upgrade), and the product list.
 // Every failure names its inputs.
-import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import WebSocket from "ws";
-import { gateVars, startGate } from "../support/runtime.mjs";
-import { client } from "../support/client.mjs";
+import { ADMIN_TOKEN } from "../support/keys.mjs";
+import { useGate } from "../support/system.mjs";
 
 const SOCKETS_MAX = 40;
-let gate;
-let api;
+const live = useGate({ vars: { LIVE_SOCKETS_MAX: String(SOCKETS_MAX) } });
 
-before(async () => {
-  gate = await startGate({ vars: gateVars({ overrides: { LIVE_SOCKETS_MAX: String(SOCKETS_MAX) } }) });
-  api = client(gate.url);
-});
-
-after(async () => {
-  await gate?.stop();
-});
-
-const wsUrl = (product) => `${gate.url.replace("http", "ws")}/api/products/${product}/live`;
+const wsUrl = (product) => `${live.url.replace("http", "ws")}/api/products/${product}/live`;
 
 /** A viewer: its socket, every message it got, and a way to wait for one. */
 function watch(product, headers = {}) {
@@ -61,7 +50,7 @@ function watch(product, headers = {}) {
   });
 }
 
-test("a viewer is greeted with the state, then sees each reservation pushed, with versions that only grow", async () => {
+live.test("a viewer is greeted with the state, then sees each reservation pushed, with versions that only grow", async ({ api }) => {
   const product = "live-1";
   assert.equal((await api.put(product, { stock_total: 50, per_buyer_max: 5, quantity_max: 5, hold_ttl_ms: 60_000 })).status, 201);
   const v = await watch(product);
@@ -92,7 +81,7 @@ test("a viewer is greeted with the state, then sees each reservation pushed, wit
   console.log(`push gaps (ms): ${times.slice(1).map((t, i) => t - times[i]).join(",")}`);
 });
 
-test("a ping is answered, and a viewer that says anything else is closed", async () => {
+live.test("a ping is answered, and a viewer that says anything else is closed", async ({ api }) => {
   const product = "live-2";
   assert.equal((await api.put(product, { stock_total: 5 })).status, 201);
   const v = await watch(product);
@@ -105,7 +94,7 @@ test("a ping is answered, and a viewer that says anything else is closed", async
   assert.equal((await api.stats(product)).body.held, 0, "a message on the socket did nothing");
 });
 
-test("without an upgrade, for an unknown product, or with a forged token, the socket is refused", async () => {
+live.test("without an upgrade, for an unknown product, or with a forged token, the socket is refused", async ({ api }) => {
   const product = "live-3";
   assert.equal((await api.put(product, { stock_total: 5 })).status, 201);
   const plain = await api.raw(`/api/products/${product}/live`);
@@ -121,7 +110,7 @@ test("without an upgrade, for an unknown product, or with a forged token, the so
   buyer.ws.close();
 });
 
-test("past the socket cap a viewer is told to poll, and a freed place is taken again", async () => {
+live.test("past the socket cap a viewer is told to poll, and a freed place is taken again", async ({ api }) => {
   const product = "live-cap";
   assert.equal((await api.put(product, { stock_total: 5 })).status, 201);
   const viewers = await Promise.all(Array.from({ length: SOCKETS_MAX }, () => watch(product)));
@@ -145,7 +134,7 @@ test("past the socket cap a viewer is told to poll, and a freed place is taken a
   for (const v of [...viewers, again]) v.ws.close();
 });
 
-test("one client holds at most its share of a product's sockets, counted by its /64", async () => {
+live.test("one client holds at most its share of a product's sockets, counted by its /64", async ({ api }) => {
   const product = "live-client";
   assert.equal((await api.put(product, { stock_total: 5 })).status, 201);
   const PER_CLIENT = 8;
@@ -174,7 +163,7 @@ test("one client holds at most its share of a product's sockets, counted by its 
   for (const v of [...mine, other, neighbour, again]) v.ws.close();
 });
 
-test("the product list shows what is open or scheduled, and nothing else", async () => {
+live.test("the product list shows what is open or scheduled, and nothing else", async ({ api }) => {
   const now = Date.now();
   assert.equal((await api.put("list-open", { stock_total: 3 })).status, 201);
   assert.equal((await api.put("list-soon", { stock_total: 3, opens_at_ms: now + 3_600_000 })).status, 201);
@@ -196,10 +185,10 @@ test("the product list shows what is open or scheduled, and nothing else", async
   assert.equal(soon.state, "scheduled");
 });
 
-test("the drift check reads the origin, or says why it cannot", async () => {
+live.test("the drift check reads the origin, or says why it cannot", async ({ api }) => {
   const product = "drift-1";
   assert.equal((await api.put(product, { stock_total: 3 })).status, 201);
-  const r = await fetch(`${gate.url}/admin/products/${product}/drift`, { headers: { authorization: `Bearer ${(await import("../support/keys.mjs")).ADMIN_TOKEN}` } });
+  const r = await fetch(`${live.url}/admin/products/${product}/drift`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
   const body = await r.json();
   assert.equal(r.status, 200, JSON.stringify(body));
   assert.equal(body.drift_units, null);

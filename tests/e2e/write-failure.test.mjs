@@ -16,14 +16,10 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readdirSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readdirSync } from "node:fs";
 import { join } from "node:path";
-import { startGate } from "../support/runtime.mjs";
-import { client } from "../support/client.mjs";
-
-const SEED = Number(process.env.E2E_SEED ?? Date.now() % 1_000_000);
-const why = (msg) => `${msg} (E2E_SEED=${SEED})`;
+import { why } from "../support/seed.mjs";
+import { withGate } from "../support/system.mjs";
 
 const P = "faulty";
 const POISON = "poison-buyer";
@@ -57,20 +53,19 @@ const TRIGGER = `
 CREATE TRIGGER forced_failure BEFORE INSERT ON outbox WHEN NEW.buyer = '${POISON}'
 BEGIN SELECT RAISE(ABORT, 'forced write failure'); END;`;
 
-test("a write that fails in the middle of a batch leaves no part of the batch in storage", async () => {
-  const stateDir = join(mkdtempSync(join(tmpdir(), "flashgate-write-failure-")), "state");
-  let gate = await startGate({ stateDir });
-  let api = client(gate.url);
+test("a write that fails in the middle of a batch leaves no part of the batch in storage", () => withGate(async (sys) => {
+  const { stateDir } = sys;
+  let api = sys.api;
   const put = await api.put(P, { stock_total: 10_000, per_buyer_max: 5, quantity_max: 1, hold_ttl_ms: 3_600_000 });
   assert.equal(put.status, 201, JSON.stringify(put.body));
   const hold = await api.reserve(P, POISON, 1, "poison-key");
   assert.equal(hold.status, 201, JSON.stringify(hold.body));
   const rid = hold.body.reservation_id;
-  await gate.stop();
+  await sys.stopGate();
   sql(stateDir, TRIGGER);
 
-  gate = await startGate({ stateDir });
-  api = client(gate.url);
+  await sys.startGate();
+  api = sys.api;
   // Warm the object, so the bursts below meet a loaded gate in one batch.
   assert.equal((await api.stats(P)).status, 200);
 
@@ -111,7 +106,7 @@ test("a write that fails in the middle of a batch leaves no part of the batch in
   const later = await api.reserve(P, "later-buyer", 1, "later-key");
   assert.equal(later.status, 201, why(JSON.stringify(later.body)));
   acked.set("later-buyer", later.body.reservation_id);
-  await gate.stop();
+  await sys.stopGate();
 
   // Storage, read directly: nothing of a failed batch, everything acked.
   const [[state, outboxRows]] = sql(
@@ -139,19 +134,15 @@ test("a write that fails in the middle of a batch leaves no part of the batch in
 
   // Without the fault, the failed decisions are made afresh.
   sql(stateDir, "DROP TRIGGER forced_failure;");
-  gate = await startGate({ stateDir });
-  api = client(gate.url);
-  try {
-    const stats = (await api.stats(P)).body;
-    assert.equal(stats.live_holds, acked.size + 1, why(JSON.stringify(stats)));
-    assert.equal(stats.available, 10_000 - acked.size - 1, why(JSON.stringify(stats)));
-    for (const [b, key] of failed) {
-      const again = await api.reserve(P, b, 1, key);
-      assert.equal(again.status, 201, why(`${b}'s retry: ${again.status} (a 200 would replay a decision the 503 disowned)`));
-    }
-    const paid = await api.confirm(P, POISON, rid, "pay-poison");
-    assert.equal(paid.status, 200, why(JSON.stringify(paid.body)));
-  } finally {
-    await gate.stop();
+  await sys.startGate();
+  api = sys.api;
+  const stats = (await api.stats(P)).body;
+  assert.equal(stats.live_holds, acked.size + 1, why(JSON.stringify(stats)));
+  assert.equal(stats.available, 10_000 - acked.size - 1, why(JSON.stringify(stats)));
+  for (const [b, key] of failed) {
+    const again = await api.reserve(P, b, 1, key);
+    assert.equal(again.status, 201, why(`${b}'s retry: ${again.status} (a 200 would replay a decision the 503 disowned)`));
   }
-});
+  const paid = await api.confirm(P, POISON, rid, "pay-poison");
+  assert.equal(paid.status, 200, why(JSON.stringify(paid.body)));
+}));

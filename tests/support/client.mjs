@@ -2,7 +2,7 @@
 // Buyers prove themselves with tokens minted as the shop would mint them;
 // confirmations are signed as the shop's payment backend signs them.
 import { randomUUID } from "node:crypto";
-import { ADMIN_TOKEN, PAYMENT_KEYS, buyerToken, signHeaders } from "./keys.mjs";
+import { ADMIN_TOKEN, PAYMENT_KEYS, buyerToken, signedConfirm } from "./keys.mjs";
 
 export { ADMIN_TOKEN };
 
@@ -80,11 +80,9 @@ export function client(base, adminToken = ADMIN_TOKEN) {
       fetchAgain(`${base_(product)}/queue`, { headers: asBuyer(buyer, { "flashgate-ticket": ticket, ...extra }) }).then(json),
     reservation: (product, buyer, rid) => fetchAgain(`${base_(product)}/reservations/${rid}`, { headers: asBuyer(buyer) }).then(json),
     /** A confirmation from the shop's payment backend, signed. */
-    confirm: (product, buyer, rid, payment_ref = `pay-${rid}`, { keys = PAYMENT_KEYS } = {}) => {
-      const path = `/api/products/${product}/reservations/${rid}/confirm`;
-      const body = JSON.stringify({ buyer_id: buyer, payment_ref });
-      const headers = { "content-type": "application/json", ...signHeaders({ keys, purpose: "payment", method: "POST", path, body }) };
-      return fetchAgain(base + path, { method: "POST", headers, body }).then(json);
+    confirm: (product, buyer, rid, paymentRef = `pay-${rid}`, { keys = PAYMENT_KEYS } = {}) => {
+      const { path, init } = signedConfirm(product, rid, { buyer, paymentRef, keys });
+      return fetchAgain(base + path, init).then(json);
     },
     cancel: (product, buyer, rid) => fetchAgain(`${base_(product)}/reservations/${rid}/cancel`, { method: "POST", headers: asBuyer(buyer) }).then(json),
   };
@@ -104,18 +102,16 @@ export async function pool(tasks, limit) {
   return results;
 }
 
-/** A seeded generator (mulberry32), so every test's inputs can be replayed. */
-export function rng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+/** The product's gate stats once its outbox is empty, or at `timeoutMs`
+ * as they are then (the caller asserts the backlog). */
+export async function drained(api, product, timeoutMs) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const s = (await api.stats(product)).body;
+    if (s.outbox.backlog === 0 || Date.now() > deadline) return s;
+    await sleep(200);
+  }
 }
-
 
 /** The state part of a product's gate stats: everything but the outcome
  * counters, the object's work telemetry (every stats read is itself a

@@ -61,6 +61,24 @@ export function signHeaders({ keys, purpose, method, path, body, nowMs = Date.no
   return { "x-flashgate-key-id": kid, "x-flashgate-timestamp": String(nowMs), "x-flashgate-signature": `v2=${sig}`, "x-flashgate-content-sha256": digest };
 }
 
+/**
+ * A confirmation of reservation `rid` as the shop's payment backend sends
+ * it: the path and the request, signed (flashgate-v2, purpose "payment").
+ * The body names `buyer` and `paymentRef`, or is `body` as given. The other
+ * options forge one: signed with other `keys`, at another time (`nowMs`),
+ * for another `purpose`, or over another path (`signedPath`) or body
+ * (`signedBody`) than the one sent.
+ */
+export function signedConfirm(product, rid, { buyer, paymentRef = `pay-${rid}`, body, keys = PAYMENT_KEYS, nowMs, purpose = "payment", signedPath, signedBody } = {}) {
+  const path = confirmPath(product, rid);
+  body ??= JSON.stringify({ buyer_id: buyer, payment_ref: paymentRef });
+  const signature = signHeaders({ keys, purpose, method: "POST", path: signedPath ?? path, body: signedBody ?? body, nowMs });
+  return { path, init: { method: "POST", headers: { "content-type": "application/json", ...signature }, body } };
+}
+
+/** The path of reservation `rid`'s confirm. */
+export const confirmPath = (product, rid) => `/api/products/${product}/reservations/${rid}/confirm`;
+
 /** A waiting-room ticket as the gate signs it (src/edge/ticket.rs), minted here
  * independently: `claims` overrides any of p, b, t, h, e. */
 export function queueTicket(claims, { idSecret = ID_SECRET } = {}) {
