@@ -1,5 +1,5 @@
-//! `openapi.yaml` and ARCHITECTURE.md against the origin's code: every route
-//! and every problem code in one is in the other.
+//! `openapi.yaml` against the origin's code: every route and every problem
+//! code in one is in the other.
 
 use std::collections::BTreeSet;
 
@@ -33,7 +33,7 @@ fn the_spec_names_every_origin_route_and_no_other() {
 }
 
 #[test]
-fn the_spec_and_architecture_name_every_origin_code_and_no_other() {
+fn the_spec_names_every_origin_code_and_no_other() {
     let spec = spec();
     let documented: BTreeSet<String> = spec["components"]["schemas"]["OriginProblem"]["allOf"]
         .as_array()
@@ -49,27 +49,6 @@ fn the_spec_and_architecture_name_every_origin_code_and_no_other() {
         .map(|c| c.as_str().to_string())
         .collect();
     assert_eq!(documented, in_code);
-
-    let doc = include_str!("../../ARCHITECTURE.md");
-    let from = doc
-        .find("<!-- origin-problem-codes:start -->")
-        .expect("start marker");
-    let to = doc
-        .find("<!-- origin-problem-codes:end -->")
-        .expect("end marker");
-    let listed: BTreeSet<(String, u16)> = doc[from..to]
-        .lines()
-        .filter_map(|l| {
-            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
-            let code = cells.get(1)?.trim_matches('`');
-            Some((code.to_string(), cells.get(2)?.parse().ok()?))
-        })
-        .collect();
-    let in_code: BTreeSet<(String, u16)> = OriginCode::ALL
-        .iter()
-        .map(|c| (c.as_str().to_string(), c.status()))
-        .collect();
-    assert_eq!(listed, in_code, "ARCHITECTURE.md's origin codes differ");
 }
 
 /// The gate's admin console reads the origin's product as `OriginTotals`
