@@ -4,8 +4,9 @@
 // ports and secrets from the environment as a shop's code would; a block
 // fenced ```sh command is a command that needs a Cloudflare account or runs
 // the project itself (scripts/dev, scripts/test, wrangler deploy) and is
-// not run here. Any other fenced block fails this test, as does a readme
-// block this test does not know, so that no example is left unrun.
+// not run here, and ```text is a picture. Any other fenced block fails this
+// test, as does a readme block this test does not know, so that no example
+// is left unrun.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
@@ -56,8 +57,10 @@ const envFile = (text) => Object.fromEntries(text.trim().split("\n").map((l) => 
 
 test("every fenced block of the README is an example this test runs, or a marked command", () => {
   const all = blocks();
-  const unknown = all.filter((b) => !(b.kind === "command" && b.lang === "sh") && !(b.kind === "readme" && RUN.includes(b.name)));
-  assert.deepEqual(unknown.map((b) => b.info), [], "a README block that no test runs: fence it ```LANG readme NAME and run it here, or ```sh command");
+  const picture = (b) => b.info === "text";
+  const command = (b) => b.lang === "sh" && b.kind === "command" && b.name === undefined;
+  const unknown = all.filter((b) => !picture(b) && !command(b) && !(b.kind === "readme" && RUN.includes(b.name)));
+  assert.deepEqual(unknown.map((b) => b.info), [], "a README block that no test runs: fence it ```LANG readme NAME and run it here, ```sh command, or ```text for a picture");
   const named = all.filter((b) => b.kind === "readme").map((b) => b.name);
   assert.deepEqual([...named].sort(), [...RUN].sort(), "each example is in the README exactly once");
   for (const b of all.filter((b) => b.kind === "readme")) assert.ok(RUNNERS[b.lang], `no runner for ${b.lang}`);
