@@ -132,6 +132,7 @@ test("the README's examples mint tokens, reserve, confirm and read the order bac
     let page;
     for (;;) {
       page = JSON.parse(await run(example.orders, dir, env));
+      assert.ok(Array.isArray(page.orders), `the orders example read no page: ${JSON.stringify(page)}`);
       if (page.orders.length >= 2 || Date.now() > deadline) break;
       await sleep(200);
     }
