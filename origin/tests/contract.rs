@@ -1,5 +1,5 @@
 //! `openapi.yaml` against the origin's code: every route and every problem
-//! code in one is in the other.
+//! code in one is in the other. The codes' one source is `OriginCode`.
 
 use std::collections::BTreeSet;
 
