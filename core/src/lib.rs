@@ -6,7 +6,8 @@
 //! storage and network in and out. That is what lets the simulator in
 //! `tests/sim.rs` drive it through millions of interleavings from a seed.
 //!
-//! The contract is DESIGN.md's invariants:
+//! The contract is the invariants ARCHITECTURE.md states (I1–I6); the core
+//! keeps these:
 //! - I1: `available + held + sold == stock_total`, asserted wherever units
 //!   move.
 //! - I3: a retried reserve with the same idempotency key replays its answer

@@ -1,4 +1,4 @@
-//! Who may call the origin, and how each proves it (ARCHITECTURE.md, "Who
+//! Who may call the origin, and how each proves it (docs/security.md, "Who
 //! may do what, proven how"):
 //! - the gate delivers batches, signed with a forwarding key
 //!   (`flashgate_wire::signing`, purpose `forward`);

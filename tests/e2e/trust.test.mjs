@@ -1,4 +1,4 @@
-// Trust, end to end: who may do what, proven how (ARCHITECTURE.md). The
+// Trust, end to end: who may do what, proven how (docs/security.md). The
 // gate on bare workerd and the origin binary, attacked as a scalper's script
 // would attack them; keys rotated under load; reads flooding the origin while
 // it ingests; reconcile over TLS; restock and void reaching the origin.

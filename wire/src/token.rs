@@ -3,7 +3,7 @@
 //! mint them. The header names its key (`kid`) in a `KeySet`.
 //!
 //! This is a small, strict implementation on the HMAC crates the project
-//! already uses, not a general JWT library (ARCHITECTURE.md says why): it
+//! already uses, not a general JWT library (docs/security.md says why): it
 //! accepts exactly `alg: HS256` with a known `kid`, and the claims `sub`,
 //! `aud`, `iat`, `exp` and optionally `nbf`. Anything else is refused.
 

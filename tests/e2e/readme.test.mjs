@@ -1,0 +1,146 @@
+// README.md's examples, run as they are written against a real gate and
+// origin, so that the README cannot rot. A block fenced ```LANG readme NAME
+// is run (js with node, python with python3, sh with sh -e), reading the
+// ports and secrets from the environment as a shop's code would; a block
+// fenced ```sh command is a command that needs a Cloudflare account or runs
+// the project itself (scripts/dev, scripts/test, wrangler deploy) and is
+// not run here, and ```text is a picture. Any other fenced block fails this
+// test, as does a readme block this test does not know, so that no example
+// is left unrun.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { startGate, gateVars, ROOT } from "../support/runtime.mjs";
+import { startOrigin } from "../support/origin.mjs";
+import { client, sleep } from "../support/client.mjs";
+import * as keys from "../support/keys.mjs";
+
+/** Every fenced block of the README: its info string and its text. */
+function blocks() {
+  const text = readFileSync(join(ROOT, "README.md"), "utf8");
+  return [...text.matchAll(/^```([^\n]*)\n([\s\S]*?)^```$/gm)].map(([, info, code]) => {
+    const [lang, kind, name] = info.trim().split(/\s+/);
+    return { info: info.trim(), lang, kind, name, code };
+  });
+}
+
+/** The examples this test runs, by name, in the order it runs them. */
+const RUN = ["secrets", "rotate", "mint-at-origin", "mint-yourself", "reserve", "confirm", "orders"];
+
+const RUNNERS = {
+  js: (dir, code) => {
+    const file = join(dir, "example.mjs");
+    writeFileSync(file, code);
+    return ["node", [file]];
+  },
+  python: (dir, code) => ["python3", ["-c", code]],
+  sh: (dir, code) => ["sh", ["-e", "-c", code]],
+};
+
+/** Runs one example in `dir` with `env`; resolves to its stdout, and fails
+ * with its stderr if it exits non-zero. */
+function run(example, dir, env) {
+  const [cmd, args] = RUNNERS[example.lang](dir, example.code);
+  return new Promise((ok, fail) => {
+    execFile(cmd, args, { cwd: dir, env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env }, encoding: "utf8", timeout: 30_000 }, (e, out, err) => {
+      if (e) fail(new Error(`README example ${example.name} (${example.lang}) failed: ${e.message}\n${err}`));
+      else ok(out);
+    });
+  });
+}
+
+/** `NAME=value` lines as an object. */
+const envFile = (text) => Object.fromEntries(text.trim().split("\n").map((l) => [l.slice(0, l.indexOf("=")), l.slice(l.indexOf("=") + 1)]));
+
+test("every fenced block of the README is an example this test runs, or a marked command", () => {
+  const all = blocks();
+  const picture = (b) => b.info === "text";
+  const command = (b) => b.lang === "sh" && b.kind === "command" && b.name === undefined;
+  const unknown = all.filter((b) => !picture(b) && !command(b) && !(b.kind === "readme" && RUN.includes(b.name)));
+  assert.deepEqual(unknown.map((b) => b.info), [], "a README block that no test runs: fence it ```LANG readme NAME and run it here, ```sh command, or ```text for a picture");
+  const named = all.filter((b) => b.kind === "readme").map((b) => b.name);
+  assert.deepEqual([...named].sort(), [...RUN].sort(), "each example is in the README exactly once");
+  for (const b of all.filter((b) => b.kind === "readme")) assert.ok(RUNNERS[b.lang], `no runner for ${b.lang}`);
+});
+
+test("the README's examples mint tokens, reserve, confirm and read the order back, with secrets made as it says", async () => {
+  const example = Object.fromEntries(blocks().filter((b) => b.kind === "readme").map((b) => [b.name, b]));
+  const dir = mkdtempSync(join(tmpdir(), "flashgate-readme-"));
+
+  // Deploy: the secrets as the README generates them, and a payment key
+  // set rotated as it rotates one. The gate and origin then run on them.
+  await run(example.secrets, dir, {});
+  const secrets = envFile(readFileSync(join(dir, "gate.secrets"), "utf8"));
+  assert.deepEqual(Object.keys(secrets).sort(), ["ADMIN_TOKENS", "BUYER_TOKEN_KEYS", "FORWARD_KEYS", "ID_SECRET", "PAYMENT_KEYS"]);
+  for (const [name, value] of Object.entries(secrets)) {
+    assert.match(value, name === "ID_SECRET" ? /^[0-9a-f]{64}$/ : /^k1:[0-9a-f]{64}$/, `${name} as generated`);
+  }
+  const rotated = envFile(await run(example.rotate, dir, { PAYMENT_KEYS: secrets.PAYMENT_KEYS })).PAYMENT_KEYS;
+  assert.match(rotated, /^k1:[0-9a-f]{64},k2@\d{13}:[0-9a-f]{64}$/, "the rotated set: the old key, and the new one with its activation");
+
+  const origin = await startOrigin({ forwardKeys: secrets.FORWARD_KEYS, env: { BUYER_TOKEN_KEYS: secrets.BUYER_TOKEN_KEYS } });
+  const vars = gateVars({ originUrl: origin.url, overrides: { ...secrets, PAYMENT_KEYS: rotated } });
+  const gate = await startGate({ vars });
+  try {
+    const product = "readme-tee";
+    const adminToken = secrets.ADMIN_TOKENS.slice(secrets.ADMIN_TOKENS.indexOf(":") + 1);
+    const created = await client(gate.url, adminToken).put(product, { stock_total: 10, per_buyer_max: 2 });
+    assert.equal(created.status, 201, `the generated admin token creates a product: ${JSON.stringify(created.body)}`);
+    const env = {
+      GATE_URL: gate.url,
+      ORIGIN_URL: origin.url,
+      SHOP_TOKEN: keys.SHOP_TOKEN,
+      READ_TOKEN: keys.READ_TOKEN,
+      BUYER_TOKEN_KEY: secrets.BUYER_TOKEN_KEYS,
+      PAYMENT_KEY: rotated.split(",")[0],
+      PRODUCT: product,
+    };
+
+    // The shop's login, both ways; each token must be one the gate takes.
+    const tokens = {
+      alice: (await run(example["mint-at-origin"], dir, env)).trim(),
+      bob: (await run(example["mint-yourself"], dir, env)).trim(),
+    };
+    for (const [buyer, token] of Object.entries(tokens)) {
+      assert.match(token, /^[\w-]+\.[\w-]+\.[\w-]+$/, `${buyer}'s token is a JWT`);
+      const claims = JSON.parse(Buffer.from(token.split(".")[1], "base64url").toString());
+      assert.equal(claims.sub, buyer);
+
+      const held = JSON.parse(await run(example.reserve, dir, { ...env, TOKEN: token }));
+      assert.equal(held.state, "held", `${buyer}'s reserve: ${JSON.stringify(held)}`);
+      assert.match(held.reservation_id, /^[0-9a-f]{16}$/);
+      const again = JSON.parse(await run(example.reserve, dir, { ...env, TOKEN: token }));
+      assert.equal(again.reservation_id, held.reservation_id, "the same Idempotency-Key is the same reservation");
+
+      const confirmEnv = { ...env, RESERVATION_ID: held.reservation_id, BUYER_ID: buyer };
+      const answer = await run(example.confirm, dir, confirmEnv);
+      const [status, ...rest] = answer.trim().split(" ");
+      assert.equal(status, "200", `${buyer}'s confirm: ${answer}`);
+      const confirmed = JSON.parse(rest.join(" "));
+      assert.equal(confirmed.state, "confirmed");
+      assert.equal(confirmed.payment_ref, "pay-4711");
+      const replayed = await run(example.confirm, dir, confirmEnv);
+      assert.equal(replayed.trim().split(" ")[0], "200", `a confirm sent again: ${replayed}`);
+    }
+
+    // The orders reach the origin through the outbox; the README's read
+    // shows both, once each.
+    const deadline = Date.now() + 30_000;
+    let page;
+    for (;;) {
+      page = JSON.parse(await run(example.orders, dir, env));
+      assert.ok(Array.isArray(page.orders), `the orders example read no page: ${JSON.stringify(page)}`);
+      if (page.orders.length >= 2 || Date.now() > deadline) break;
+      await sleep(200);
+    }
+    const orders = page.orders.map((o) => [o.buyer_id, o.status, o.quantity, o.payment_ref]).sort();
+    assert.deepEqual(orders, [["alice", "accepted", 1, "pay-4711"], ["bob", "accepted", 1, "pay-4711"]], JSON.stringify(page));
+    assert.equal(page.next_after, null);
+  } finally {
+    await gate.stop();
+    await origin.stop();
+  }
+});
