@@ -5,7 +5,7 @@
 //! is how a secret that is too short is refused at start-up: the Workers
 //! runtime has no start-up hook of its own.
 
-use flashgate_wire::keys::{KeySet, KEY_BYTES_MIN};
+use flashgate_wire::keys::{check_secret, KeySet};
 
 use crate::ids::TicketKey;
 
@@ -77,24 +77,65 @@ fn key_set(
             var,
             why: "is not set".into(),
         })?;
-    KeySet::parse(&text).map_err(|e| SettingsError {
+    let keys = KeySet::parse(&text).map_err(|e| SettingsError {
         var,
         why: e.to_string(),
-    })
+    })?;
+    // A published example or a plainly non-random secret would let anyone
+    // who reads the repository act as admin, buyer or payment backend.
+    match keys.refused_secret() {
+        Some((kid, why)) => Err(SettingsError {
+            var,
+            why: format!("key {kid}: {why}"),
+        }),
+        None => Ok(keys),
+    }
+}
+
+/// Whether `url` may carry the gate's batches and read token: https, or
+/// plain http to a loopback host (a local origin).
+fn origin_url_ok(url: &str) -> bool {
+    if url.starts_with("https://") {
+        return true;
+    }
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.contains('@') {
+        return false;
+    }
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 impl Settings {
     pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Settings, SettingsError> {
-        let id_secret = get("ID_SECRET").unwrap_or_default().into_bytes();
-        if id_secret.len() < KEY_BYTES_MIN {
+        let id_secret = get("ID_SECRET").unwrap_or_default();
+        if let Err(why) = check_secret(&id_secret) {
             return Err(SettingsError {
                 var: "ID_SECRET",
-                why: format!("must be at least {KEY_BYTES_MIN} bytes"),
+                why: why.to_string(),
             });
         }
+        let id_secret = id_secret.into_bytes();
         let origin_url = get("ORIGIN_URL").filter(|u| !u.trim().is_empty());
         let forwarding = match origin_url {
             None => None,
+            Some(url) if !origin_url_ok(url.trim()) => {
+                return Err(SettingsError {
+                    var: "ORIGIN_URL",
+                    why: "must be https (plain http only to a loopback host): the gate sends \
+                          its signed batches and the read token there"
+                        .into(),
+                })
+            }
             Some(origin_url) => Some(Forwarding {
                 origin_url: origin_url.trim_end_matches('/').to_string(),
                 keys: key_set(&get, "FORWARD_KEYS")?,
@@ -238,11 +279,15 @@ pub(crate) mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    pub const BUYER_KEYS: &str = "b1:buyer-token-key-0123456789abcdef0123";
-    pub const PAYMENT_KEYS: &str = "p1:payment-key-0123456789abcdef01234567";
-    pub const ADMIN_TOKENS: &str = "a1:admin-token-0123456789abcdef01234567";
-    pub const ADMIN_TOKEN: &str = "admin-token-0123456789abcdef01234567";
-    pub const ID_SECRET: &str = "id-secret-0123456789abcdef0123456789";
+    pub const BUYER_KEYS: &str =
+        "b1:972bee24d4a2a1a73757889a8f6bd2d3018613c5e209bfc43b97c626586f0f0e";
+    pub const PAYMENT_KEYS: &str =
+        "p1:ad3990da06eda5290a12ef54cfa5b19e140f30300293e2954a4d30b48d84ba77";
+    pub const ADMIN_TOKENS: &str =
+        "a1:125c06b7b144dfdc56fa87abd4e0a67f65a79f0f5a6bee6470072f8c4b562853";
+    pub const ADMIN_TOKEN: &str =
+        "125c06b7b144dfdc56fa87abd4e0a67f65a79f0f5a6bee6470072f8c4b562853";
+    pub const ID_SECRET: &str = "aa99e1cb2f7603391769e2555e6c32e9037d0f3ed1c9e7cc4b7eabac244f4e7d";
 
     pub fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let mut map: HashMap<String, String> = [
@@ -274,7 +319,7 @@ pub(crate) mod tests {
             ("BUYER_TOKEN_KEYS", "", "is not set"),
             ("PAYMENT_KEYS", "p1:short", "shorter than 32 bytes"),
             ("ADMIN_TOKENS", "no-colon", "is not kid:secret"),
-            ("ID_SECRET", "short", "at least 32 bytes"),
+            ("ID_SECRET", "short", "shorter than 32 bytes"),
         ];
         for (var, value, why) in refused {
             let err = Settings::from_env(env(&[(var, value)])).err().unwrap();
@@ -282,16 +327,72 @@ pub(crate) mod tests {
             assert!(err.why.contains(why), "{err}");
         }
         // An origin needs its forwarding keys.
-        let err = Settings::from_env(env(&[("ORIGIN_URL", "http://o")]))
+        let err = Settings::from_env(env(&[("ORIGIN_URL", "http://127.0.0.1:8788")]))
             .err()
             .unwrap();
         assert_eq!(err.var, "FORWARD_KEYS");
-        let s = Settings::from_env(env(&[
-            ("ORIGIN_URL", "http://o/"),
-            ("FORWARD_KEYS", "f1:forward-key-0123456789abcdef0123456"),
-        ]))
-        .unwrap();
-        assert_eq!(s.forwarding.unwrap().origin_url, "http://o");
+        let forward = (
+            "FORWARD_KEYS",
+            "f1:2c1d9befc4dc4bc649c063185b8c422931c1ce69cd7dbd39ea76cfa8a6419998",
+        );
+        let s = Settings::from_env(env(&[("ORIGIN_URL", "https://o.example/"), forward])).unwrap();
+        assert_eq!(s.forwarding.unwrap().origin_url, "https://o.example");
+        // Plain http only to a loopback host: the batches' signatures and
+        // the read token would otherwise cross the network in the clear.
+        for ok in [
+            "http://127.0.0.1:8788",
+            "http://localhost:1",
+            "http://[::1]:8788/x",
+        ] {
+            assert!(
+                Settings::from_env(env(&[("ORIGIN_URL", ok), forward])).is_ok(),
+                "{ok}"
+            );
+        }
+        for bad in [
+            "http://origin.example",
+            "http://127.0.0.1.evil.example",
+            "http://localhost.evil.example:80",
+            "http://127.0.0.1@evil.example",
+            "ftp://127.0.0.1",
+            "origin.example",
+        ] {
+            let e = Settings::from_env(env(&[("ORIGIN_URL", bad), forward]))
+                .err()
+                .unwrap_or_else(|| panic!("{bad} accepted"));
+            assert_eq!(e.var, "ORIGIN_URL", "{bad}");
+        }
+    }
+
+    #[test]
+    fn published_and_non_random_secrets_are_refused_for_every_key() {
+        // The values `.dev.vars.example` once held, a word run and a count:
+        // each passes the length check, none is a secret.
+        let weak = [
+            "replace-with-32-or-more-random-bytes-000000",
+            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+            "01234567890123456789012345678901234567890",
+        ];
+        for (var, kid) in [
+            ("BUYER_TOKEN_KEYS", "b1:"),
+            ("PAYMENT_KEYS", "p1:"),
+            ("ADMIN_TOKENS", "a1:"),
+            ("FORWARD_KEYS", "f1:"),
+            ("ID_SECRET", ""),
+        ] {
+            for w in weak {
+                let value = format!("{kid}{w}");
+                let mut pairs = vec![(var, value.as_str())];
+                if var == "FORWARD_KEYS" {
+                    pairs.push(("ORIGIN_URL", "https://o.example"));
+                }
+                let e = Settings::from_env(env(&pairs))
+                    .err()
+                    .unwrap_or_else(|| panic!("{var}={value} accepted"));
+                assert_eq!(e.var, var, "{value}");
+                assert!(!e.why.contains(w), "the refusal names no secret: {e}");
+            }
+        }
     }
 
     #[test]

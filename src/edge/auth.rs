@@ -1,7 +1,7 @@
 //! Who may do what at the gate, and how each is proven (ARCHITECTURE.md,
 //! "Who may do what, proven how"):
 //! - a buyer is whoever a valid buyer token names (`Authorization: Bearer`
-//!   or the `fg_buyer` cookie), checked at the edge with no round trip;
+//!   or the session cookie, `__Host-fg_buyer` over https), checked at the edge with no round trip;
 //! - only the shop's payment backend confirms: a request signed with a
 //!   payment key (`flashgate_wire::signing`, purpose `payment`);
 //! - only the admin configures, restocks and voids: an admin bearer token.
@@ -20,8 +20,27 @@ use crate::http::problem::Problem;
 use crate::limits::{SESSION_TTL_S, TOKENS_REMEMBERED_MAX};
 use crate::settings::Settings;
 
-/// The cookie a browser carries its buyer token in (HttpOnly).
+/// The cookie a browser carries its buyer token in (HttpOnly) over plain
+/// http, which only a local run serves.
 pub const BUYER_COOKIE: &str = "fg_buyer";
+/// The same over https: a `__Host-` cookie is Secure, has no Domain and
+/// Path=/, so a sibling subdomain cannot plant one for this host.
+pub const BUYER_COOKIE_SECURE: &str = "__Host-fg_buyer";
+
+/// The buyer cookie's name for a request over https (`secure`) or not.
+pub fn buyer_cookie_name(secure: bool) -> &'static str {
+    if secure {
+        BUYER_COOKIE_SECURE
+    } else {
+        BUYER_COOKIE
+    }
+}
+
+/// The buyer token a `Cookie` header carries: over https only the
+/// `__Host-` cookie counts, so one planted without the prefix is ignored.
+pub fn buyer_cookie(header: Option<&str>, secure: bool) -> Option<&str> {
+    cookie(header, buyer_cookie_name(secure))
+}
 
 /// A token remembered as signed, with the secret that proved it.
 struct Remembered {
@@ -100,19 +119,41 @@ fn token_problem(e: TokenError) -> Problem {
     )
 }
 
-/// The buyer a request proves, from its bearer token or its cookie.
+/// The buyer a request proves, from its bearer token or, when it sends no
+/// `Authorization` at all, its cookie's token (`buyer_cookie`). An
+/// `Authorization` that is present but not a bearer token with credentials
+/// (`Basic`, an empty `Bearer`) is refused, never passed over for the
+/// cookie: a request proves one identity, the one it names.
 pub fn buyer(
     settings: &Settings,
     authorization: Option<&str>,
-    cookie_header: Option<&str>,
+    cookie_token: Option<&str>,
     now_ms: u64,
 ) -> Result<String, Problem> {
-    let Some(token) = bearer(authorization).or_else(|| cookie(cookie_header, BUYER_COOKIE)) else {
-        return Err(Problem::new(
-            ProblemCode::TokenMissing,
-            "send a buyer token: Authorization: Bearer, or the fg_buyer cookie",
-        )
-        .header("www-authenticate", r#"Bearer realm="flashgate""#));
+    let token = match authorization {
+        Some(header) => match bearer(Some(header)).filter(|t| !t.is_empty()) {
+            Some(t) => t,
+            None => {
+                return Err(Problem::new(
+                    ProblemCode::TokenInvalid,
+                    "the Authorization header is not a bearer token",
+                )
+                .header(
+                    "www-authenticate",
+                    r#"Bearer realm="flashgate", error="invalid_request""#,
+                ))
+            }
+        },
+        None => match cookie_token {
+            Some(t) => t,
+            None => {
+                return Err(Problem::new(
+                    ProblemCode::TokenMissing,
+                    "send a buyer token: Authorization: Bearer, or the session cookie",
+                )
+                .header("www-authenticate", r#"Bearer realm="flashgate""#))
+            }
+        },
     };
     let signed = signed_by(&settings.buyer_keys, token).map_err(token_problem)?;
     token::check_claims(&signed.claims, &settings.audience, now_ms / 1000)
@@ -126,14 +167,13 @@ pub fn buyer(
 pub fn viewer(
     settings: &Settings,
     authorization: Option<&str>,
-    cookie_header: Option<&str>,
+    cookie_token: Option<&str>,
     now_ms: u64,
 ) -> Result<Option<String>, Problem> {
-    let presented = authorization.is_some() || cookie(cookie_header, BUYER_COOKIE).is_some();
-    if !presented {
+    if authorization.is_none() && cookie_token.is_none() {
         return Ok(None);
     }
-    buyer(settings, authorization, cookie_header, now_ms).map(Some)
+    buyer(settings, authorization, cookie_token, now_ms).map(Some)
 }
 
 /// Admits the admin: the bearer token equals one of `ADMIN_TOKENS`,
@@ -307,9 +347,28 @@ mod tests {
         let auth = format!("Bearer {}", session.token);
         assert_eq!(buyer(&s, Some(&auth), None, now).unwrap(), session.buyer_id);
         let jar = format!("{BUYER_COOKIE}={}", session.token);
-        assert_eq!(buyer(&s, None, Some(&jar), now).unwrap(), session.buyer_id);
+        let from_jar = buyer_cookie(Some(&jar), false);
+        assert_eq!(buyer(&s, None, from_jar, now).unwrap(), session.buyer_id);
         let code = |r: Result<String, Problem>| r.unwrap_err().code;
         assert_eq!(code(buyer(&s, None, None, now)), ProblemCode::TokenMissing);
+        // An Authorization that is not a bearer token is refused, not
+        // passed over for the cookie beside it.
+        for header in ["Basic YWxpY2U6cHc=", "Bearer ", "Bearer", "Token abc", ""] {
+            assert_eq!(
+                code(buyer(&s, Some(header), from_jar, now)),
+                ProblemCode::TokenInvalid,
+                "{header:?}"
+            );
+        }
+        // Over https only the __Host- cookie counts: a plain one a sibling
+        // subdomain planted is not read.
+        assert_eq!(buyer_cookie(Some(&jar), true), None);
+        let host = format!("{BUYER_COOKIE_SECURE}={}", session.token);
+        assert_eq!(
+            buyer_cookie(Some(&host), true),
+            Some(session.token.as_str())
+        );
+        assert_eq!(buyer_cookie(Some(&host), false), None);
         assert_eq!(
             code(buyer(&s, Some("Bearer nope"), None, now)),
             ProblemCode::TokenInvalid
@@ -350,15 +409,20 @@ mod tests {
         let now = 1_800_000_000_000;
         let session = session(&s, now, 7).unwrap();
         assert_eq!(viewer(&s, None, None, now), Ok(None));
-        assert_eq!(viewer(&s, None, Some("other=1"), now), Ok(None));
+        assert_eq!(
+            viewer(&s, None, buyer_cookie(Some("other=1"), false), now),
+            Ok(None)
+        );
         let jar = format!("{BUYER_COOKIE}={}", session.token);
         assert_eq!(
-            viewer(&s, None, Some(&jar), now),
+            viewer(&s, None, buyer_cookie(Some(&jar), false), now),
             Ok(Some(session.buyer_id.clone()))
         );
         let forged = format!("{BUYER_COOKIE}={}x", session.token);
         assert_eq!(
-            viewer(&s, None, Some(&forged), now).unwrap_err().code,
+            viewer(&s, None, buyer_cookie(Some(&forged), false), now)
+                .unwrap_err()
+                .code,
             ProblemCode::TokenInvalid
         );
         assert_eq!(

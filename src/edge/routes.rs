@@ -201,6 +201,7 @@ pub struct Incoming<'a> {
     pub content_type: Option<&'a str>,
     pub idempotency_key: Option<&'a str>,
     pub authorization: Option<&'a str>,
+    /// The buyer token of the session cookie (`auth::buyer_cookie`).
     pub cookie: Option<&'a str>,
     /// A waiting-room ticket (`Flashgate-Ticket`).
     pub ticket: Option<&'a str>,
@@ -746,7 +747,7 @@ mod tests {
         assert!(run(&r).is_ok());
         r.authorization = None;
         assert_eq!(code(&r), ProblemCode::TokenMissing);
-        r.cookie = Some(format!("fg_buyer={}", buyer_token("bob")));
+        r.cookie = Some(buyer_token("bob"));
         let Ok(Command::Reserve { buyer, .. }) = run(&r) else {
             panic!("a cookie carries the token")
         };

@@ -210,8 +210,14 @@ impl Problem {
         )
     }
 
-    pub fn misconfigured(detail: impl Into<String>) -> Self {
-        Problem::new(ProblemCode::Misconfigured, detail)
+    /// The gate refuses to serve with its settings. The detail names no
+    /// variable: which one is wrong, and why, is for the operator's log,
+    /// not for an anonymous caller.
+    pub fn misconfigured() -> Self {
+        Problem::new(
+            ProblemCode::Misconfigured,
+            "the gate is not configured to serve; its log says what to fix",
+        )
     }
 
     /// A buyer over the object's pace for this window.

@@ -134,6 +134,9 @@ pub fn classify(batch: &Batch, attempt: Attempt) -> Result<BatchResult, Delivery
                 }
             }
             401 => Err(DeliveryError::Signature),
+            // The origin cut a body that arrived too slowly (`body_timeout`):
+            // a slow link, which heals, as a timeout here does.
+            408 => Err(DeliveryError::Timeout),
             400..=499 => Err(DeliveryError::Origin4xx(status)),
             _ => Err(DeliveryError::Origin5xx(status)),
         },
@@ -229,6 +232,14 @@ mod tests {
                 true,
             ),
             (Attempt::Timeout, DeliveryError::Timeout, true),
+            (
+                Attempt::Answered {
+                    status: 408,
+                    body: vec![],
+                },
+                DeliveryError::Timeout,
+                true,
+            ),
             (
                 Attempt::Answered {
                     status: 503,

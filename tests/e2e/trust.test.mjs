@@ -160,14 +160,35 @@ test("at least 25 attacks are refused, and change nothing at the gate or the ori
   assert.deepEqual({ product: await origin.product(P), orders: await origin.orders(P) }, originAfterFirst, "a replayed confirm changed the origin");
 }));
 
-test("a secret shorter than 32 bytes is refused: the gate serves no API, the origin does not start", async () => {
-  await withGate({ vars: { PAYMENT_KEYS: "p1:too-short" } }, async ({ gate }) => {
-    const r = await fetch(`${gate.url}/api/products/x`).then(json);
-    assert.equal(r.status, 500);
-    assert.equal(r.body.code, "misconfigured");
-    assert.match(r.body.detail, /PAYMENT_KEYS/);
-    assert.equal((await fetch(`${gate.url}/`)).status, 200, "the page is still served");
-  });
+test("a short, published or non-random secret, or a plain-http origin, is refused: the gate serves no API, the origin does not start", async () => {
+  // The values `.dev.vars.example` held before it held only placeholders:
+  // a gate started with them let any reader of the repository be admin.
+  const published = "replace-with-32-or-more-random-bytes-000000";
+  const cases = [
+    [{ PAYMENT_KEYS: "p1:too-short" }, "PAYMENT_KEYS"],
+    [{ ADMIN_TOKENS: `a1:${published}` }, "ADMIN_TOKENS"],
+    [{ BUYER_TOKEN_KEYS: "b1:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" }, "BUYER_TOKEN_KEYS"],
+    [{ ID_SECRET: "replace-with-32-or-more-random-bytes-0000000000" }, "ID_SECRET"],
+    [{ ORIGIN_URL: "http://origin.example", FORWARD_KEYS: keys.FORWARD_KEYS }, "ORIGIN_URL"],
+  ];
+  for (const [vars, name] of cases) {
+    await withGate({ vars }, async ({ gate }) => {
+      const r = await fetch(`${gate.url}/api/products/x`).then(json);
+      assert.equal(r.status, 500, why(`${name}: ${JSON.stringify(r.body)}`));
+      assert.equal(r.body.code, "misconfigured");
+      assert.doesNotMatch(r.body.detail, new RegExp(name), "an anonymous caller is not told which setting");
+      const admin = await fetch(`${gate.url}/admin/products/free`, {
+        method: "PUT",
+        headers: { authorization: `Bearer ${published}`, "content-type": "application/json" },
+        body: JSON.stringify({ stock_total: 5 }),
+      }).then(json);
+      assert.equal(admin.status, 500, why(`${name}: the published admin token was let in`));
+      assert.equal((await fetch(`${gate.url}/`)).status, 200, "the page is still served");
+      const deadline = Date.now() + 5_000;
+      while (!gate.stderr().includes(name) && Date.now() < deadline) await sleep(50);
+      assert.match(gate.stderr(), new RegExp(`refusing to serve: ${name}`), "the operator's log names it");
+    });
+  }
   const port = await freePort();
   const dataDir = mkdtempSync(join(tmpdir(), "flashgate-short-"));
   const env = originEnv({ port, dataDir, forwardKeys: "f1:short" });

@@ -29,6 +29,11 @@ struct Header {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     typ: Option<String>,
     kid: String,
+    /// Extensions the issuer says a verifier must understand (RFC 7515,
+    /// 4.1.11). The gate understands none, so a token naming any is
+    /// refused, however well it is signed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    crit: Option<Vec<String>>,
 }
 
 /// What a buyer token says.
@@ -53,6 +58,9 @@ pub enum TokenError {
     Malformed,
     /// Any algorithm but HS256, `none` included.
     Algorithm,
+    /// The header names a critical extension (`crit`) the gate does not
+    /// know.
+    Critical,
     UnknownKey,
     Signature,
     Expired,
@@ -69,6 +77,9 @@ impl TokenError {
         match self {
             TokenError::Malformed => "the token is not a JWT".into(),
             TokenError::Algorithm => "the token is not signed with HS256".into(),
+            TokenError::Critical => {
+                "the token's header names a critical extension the gate does not know".into()
+            }
             TokenError::UnknownKey => "the token's key id is not one the gate accepts".into(),
             TokenError::Signature => "the token's signature does not match".into(),
             TokenError::Expired => "the token has expired".into(),
@@ -103,6 +114,7 @@ pub fn mint(keys: &KeySet, claims: &Claims, now_ms: u64) -> String {
         alg: "HS256".into(),
         typ: Some("JWT".into()),
         kid: key.kid.clone(),
+        crit: None,
     };
     let input = format!("{}.{}", encode_json(&header), encode_json(claims));
     let sig = URL_SAFE_NO_PAD.encode(mac(key, &input).finalize().into_bytes());
@@ -155,6 +167,9 @@ pub fn verify_signature(keys: &KeySet, token: &str) -> Result<Signed, TokenError
     let header: Header = decode_json(h)?;
     if header.alg != "HS256" {
         return Err(TokenError::Algorithm);
+    }
+    if header.crit.is_some() {
+        return Err(TokenError::Critical);
     }
     let key = keys.get(&header.kid).ok_or(TokenError::UnknownKey)?;
     let sig = URL_SAFE_NO_PAD
@@ -217,6 +232,29 @@ mod tests {
             URL_SAFE_NO_PAD.encode(claims),
             URL_SAFE_NO_PAD.encode(sig)
         )
+    }
+
+    #[test]
+    fn a_well_signed_token_naming_a_critical_extension_is_refused() {
+        let keys = KeySet::parse("t1:0123456789abcdef0123456789abcdef").unwrap();
+        let now = 1_800_000_000;
+        let key = keys.signing(now * 1000);
+        for crit in [r#"["exp"]"#, r#"["b64"]"#, r#"[]"#] {
+            let header = format!(r#"{{"alg":"HS256","kid":"t1","crit":{crit},"b64":true}}"#);
+            let claims = serde_json::to_string(&claims(now)).unwrap();
+            let input = format!(
+                "{}.{}",
+                URL_SAFE_NO_PAD.encode(&header),
+                URL_SAFE_NO_PAD.encode(&claims)
+            );
+            let sig = URL_SAFE_NO_PAD.encode(mac(key, &input).finalize().into_bytes());
+            let token = format!("{input}.{sig}");
+            assert_eq!(
+                verify(&keys, &token, "flashgate", now),
+                Err(TokenError::Critical),
+                "{header}"
+            );
+        }
     }
 
     #[test]

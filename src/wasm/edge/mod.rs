@@ -218,7 +218,7 @@ fn session(settings: &Settings, secure: bool) -> worker::Result<Response> {
     let mut resp = http::respond(Reply::ok(201, body))?;
     let cookie = format!(
         "{}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}{}",
-        auth::BUYER_COOKIE,
+        auth::buyer_cookie_name(secure),
         s.token,
         crate::limits::SESSION_TTL_S,
         if secure { "; Secure" } else { "" }
@@ -250,7 +250,8 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
     };
     let settings = match config::settings(env) {
         Ok(s) => s,
-        Err(e) => return refuse(Problem::misconfigured(e.to_string())),
+        // `config::settings` logged which setting, once.
+        Err(_) => return refuse(Problem::misconfigured()),
     };
     // Every API request meets the client's limit first, so a flood is
     // turned away before anything else is read or verified.
@@ -283,7 +284,7 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
         content_type: parts.get(Field::ContentType),
         idempotency_key: parts.get(Field::IdempotencyKey),
         authorization: parts.get(Field::Authorization),
-        cookie: parts.get(Field::Cookie),
+        cookie: auth::buyer_cookie(parts.get(Field::Cookie), url.starts_with("https:")),
         ticket: parts.get(Field::Ticket),
         signature: Presented {
             kid: parts.get(Field::KeyId),
@@ -383,7 +384,7 @@ async fn live(
     let buyer = match auth::viewer(
         settings,
         parts.get(Field::Authorization),
-        parts.get(Field::Cookie),
+        auth::buyer_cookie(parts.get(Field::Cookie), parts.url.starts_with("https:")),
         now,
     ) {
         Ok(b) => b,
@@ -571,11 +572,11 @@ async fn limit(
     key: &str,
 ) -> worker::Result<Option<web_sys::Response>> {
     let Some(promise) = rate_limit_call(env, limiter.binding(), key) else {
-        return http::problem_raw(Problem::misconfigured(format!(
-            "the rate limiting binding {} is missing",
+        worker::console_error!(
+            "flashgate: the rate limiting binding {} is missing",
             limiter.binding()
-        )))
-        .map(Some);
+        );
+        return http::problem_raw(Problem::misconfigured()).map(Some);
     };
     if JsFuture::from(promise).await?.is_truthy() {
         Ok(None)
@@ -708,7 +709,7 @@ async fn queue(
     let buyer = match auth::buyer(
         settings,
         parts.get(Field::Authorization),
-        parts.get(Field::Cookie),
+        auth::buyer_cookie(parts.get(Field::Cookie), parts.url.starts_with("https:")),
         now,
     ) {
         Ok(b) => b,

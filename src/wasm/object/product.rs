@@ -134,7 +134,7 @@ impl ProductGate {
         };
         let sockets_max = match config::settings(&self.env) {
             Ok(s) => s.live_sockets_max,
-            Err(e) => return http::problem(Problem::misconfigured(e.to_string())),
+            Err(_) => return http::problem(Problem::misconfigured()),
         };
         let open = self.state.as_raw().get_websockets().map_or(0, |w| w.len());
         if !live::admits(open, sockets_max) {
@@ -490,8 +490,8 @@ impl ProductGate {
 
 impl ProductGate {
     async fn handle(&self, req: web_sys::Request) -> worker::Result<web_sys::Response> {
-        if let Err(e) = config::settings(&self.env) {
-            return http::problem(Problem::misconfigured(e.to_string())).map(Into::into);
+        if config::settings(&self.env).is_err() {
+            return http::problem(Problem::misconfigured()).map(Into::into);
         }
         // The command comes as a header when it fits (read without a
         // promise), else as the body. Text and serde_json, not
