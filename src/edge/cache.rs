@@ -26,7 +26,10 @@ use flashgate_wire::SaleState;
 use crate::http::codes::ProblemCode;
 use crate::http::problem::Problem;
 use crate::http::time::rfc3339;
-use crate::limits::{EDGE_NAMED_MAX, EDGE_PRODUCTS_MAX, SNAPSHOT_FRESH_MS, SNAPSHOT_STALE_MAX_MS};
+use crate::limits::{
+    EDGE_NAMED_MAX, EDGE_PRODUCTS_MAX, REFRESH_WAIT_MAX_MS, SNAPSHOT_FRESH_MS,
+    SNAPSHOT_STALE_MAX_MS,
+};
 use crate::protocol::snapshot::{QueueSnapshot, Snapshot, Standing};
 
 impl Snapshot {
@@ -186,9 +189,95 @@ pub struct EdgeCache {
     /// Reports sent with a refresh whose snapshot has not come back: the
     /// snapshot in hand does not count them yet, so standings still must.
     in_flight: HashMap<String, Arrivals>,
+    /// Snapshot fetches in flight: product id -> when it started. One per
+    /// product per isolate at a time; the others wait for it (`lookup`).
+    syncing: HashMap<String, u64>,
+}
+
+/// What a request that needs a product's snapshot does next.
+#[derive(Clone)]
+pub enum Lookup {
+    /// Answer from this.
+    Known(Known),
+    /// Another request's fetch, started at `started_ms`, is in flight:
+    /// wait `REFRESH_POLL_MS` on the request's own timer (a request may not
+    /// await another request's I/O), then ask `waited`.
+    Wait { started_ms: u64 },
+    /// Fetch one (`begin_sync`, then `end_sync`).
+    Fetch,
 }
 
 impl EdgeCache {
+    /// The single flight's first step: a fresh snapshot, a fetch to wait
+    /// for, or a fetch to make.
+    pub fn lookup(&self, product_id: &str, now_ms: u64) -> Lookup {
+        if let Some(e) = self.fresh(product_id, now_ms) {
+            return Lookup::Known(e.known.clone());
+        }
+        match self.syncing.get(product_id) {
+            Some(&started_ms) => Lookup::Wait { started_ms },
+            None => Lookup::Fetch,
+        }
+    }
+
+    /// After a wait for the fetch that started at `started_ms`: its
+    /// snapshot if it landed; another wait while it may still land in
+    /// `REFRESH_WAIT_MAX_MS`; once it is that slow, a snapshot a few seconds
+    /// old (`usable`) rather than one more fetch from every waiting
+    /// request; and a fetch of its own if the other ended with nothing.
+    pub fn waited(&self, product_id: &str, started_ms: u64, now_ms: u64) -> Lookup {
+        if let Some(e) = self.fresh(product_id, now_ms) {
+            return Lookup::Known(e.known.clone());
+        }
+        if self.syncing.get(product_id) != Some(&started_ms) {
+            return Lookup::Fetch;
+        }
+        if now_ms.saturating_sub(started_ms) < REFRESH_WAIT_MAX_MS {
+            return Lookup::Wait { started_ms };
+        }
+        match self.usable(product_id, now_ms) {
+            Some(e) => Lookup::Known(e.known.clone()),
+            None => Lookup::Fetch,
+        }
+    }
+
+    /// Starts a fetch: marks it in flight and takes the tickets to report
+    /// with it. A fetch whose request was dropped is forgotten once the
+    /// map is full and it is older than any wait for it.
+    pub fn begin_sync(&mut self, product_id: &str, now_ms: u64) -> Arrivals {
+        if self.syncing.len() >= EDGE_PRODUCTS_MAX {
+            self.syncing
+                .retain(|_, t| now_ms.saturating_sub(*t) < REFRESH_WAIT_MAX_MS);
+        }
+        self.syncing.insert(product_id.to_string(), now_ms);
+        self.take_report(product_id)
+    }
+
+    /// Ends the fetch that started at `started_ms`: its snapshot, or, if it
+    /// brought none, its report goes back to go with the next one.
+    pub fn end_sync(
+        &mut self,
+        product_id: &str,
+        started_ms: u64,
+        known: Option<Known>,
+        report: Arrivals,
+        now_ms: u64,
+    ) {
+        match known {
+            Some(known) => self.insert(
+                product_id,
+                Entry {
+                    fetched_at_ms: now_ms,
+                    known,
+                },
+            ),
+            None => self.return_report(product_id, report),
+        }
+        if self.syncing.get(product_id) == Some(&started_ms) {
+            self.syncing.remove(product_id);
+        }
+    }
+
     /// The snapshot of `product_id`, if it is fresh.
     pub fn fresh(&self, product_id: &str, now_ms: u64) -> Option<&Entry> {
         self.entries
@@ -576,5 +665,51 @@ mod tests {
         assert!(c.usable("p", T + SNAPSHOT_STALE_MAX_MS).is_none());
         c.invalidate("p");
         assert!(c.usable("p", T + 1).is_none());
+    }
+
+    #[test]
+    fn one_fetch_per_product_and_the_others_wait_for_it() {
+        let mut c = EdgeCache::default();
+        let t0 = OPEN;
+        assert!(matches!(c.lookup("p", t0), Lookup::Fetch));
+        let report = c.begin_sync("p", t0);
+        // A second request meanwhile waits for the first one's fetch.
+        let Lookup::Wait { started_ms } = c.lookup("p", t0 + 1) else {
+            panic!("a second fetch while one is in flight")
+        };
+        assert_eq!(started_ms, t0);
+        assert!(matches!(c.waited("p", t0, t0 + 5), Lookup::Wait { .. }));
+        c.end_sync("p", t0, Some(Known::Unknown), report, t0 + 6);
+        assert!(matches!(
+            c.waited("p", t0, t0 + 7),
+            Lookup::Known(Known::Unknown)
+        ));
+        assert!(matches!(c.lookup("p", t0 + 8), Lookup::Known(_)));
+    }
+
+    #[test]
+    fn a_slow_fetch_sends_waiters_to_a_stale_snapshot_or_their_own_fetch() {
+        let mut c = EdgeCache::default();
+        let t0 = OPEN;
+        let r = c.begin_sync("p", t0);
+        c.end_sync("p", t0, Some(Known::Unknown), r, t0);
+        let t1 = t0 + SNAPSHOT_FRESH_MS + 1;
+        assert!(matches!(c.lookup("p", t1), Lookup::Fetch));
+        let r = c.begin_sync("p", t1);
+        assert!(matches!(c.waited("p", t1, t1 + 10), Lookup::Wait { .. }));
+        // Past the wait, a snapshot a few seconds old answers.
+        let late = t1 + REFRESH_WAIT_MAX_MS;
+        assert!(matches!(c.waited("p", t1, late), Lookup::Known(_)));
+        // Too old to use: the waiter fetches itself.
+        let later = t0 + SNAPSHOT_STALE_MAX_MS + REFRESH_WAIT_MAX_MS;
+        assert!(matches!(c.waited("p", t1, later), Lookup::Fetch));
+        // A fetch that brought nothing gives its report back, and the
+        // waiters fetch (the one they waited for is over).
+        c.end_sync("p", t1, None, r, late);
+        assert!(matches!(
+            c.waited("p", t1, late + 1),
+            Lookup::Fetch | Lookup::Known(_)
+        ));
+        assert!(matches!(c.lookup("p", later), Lookup::Fetch));
     }
 }

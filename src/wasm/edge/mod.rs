@@ -3,7 +3,6 @@
 pub mod request;
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 
 use std::time::Duration;
@@ -19,7 +18,7 @@ use flashgate_wire::signing::Presented;
 use serde_json::json;
 
 use crate::edge::auth;
-use crate::edge::cache::{EdgeCache, Entry, Known};
+use crate::edge::cache::{EdgeCache, Known, Lookup};
 use crate::edge::catalog::{CatalogView, Listing};
 use crate::edge::page::Lang;
 use crate::edge::rate_limit::{self, Limiter};
@@ -28,7 +27,7 @@ use crate::http::codes::ProblemCode;
 use crate::http::problem::Problem;
 use crate::http::reply::Reply;
 use crate::http::time::rfc3339;
-use crate::limits::{BODY_BYTES_MAX, LISTED_FRESH_MS, REFRESH_POLL_MS, REFRESH_WAIT_MAX_MS};
+use crate::limits::{BODY_BYTES_MAX, LISTED_FRESH_MS, REFRESH_POLL_MS};
 use crate::protocol::snapshot::Snapshot;
 use crate::protocol::{self, CatalogPage, Command};
 use crate::settings::Settings;
@@ -39,8 +38,6 @@ thread_local! {
     // An isolate is single-threaded: requests interleave only at awaits,
     // and no borrow of these cells spans one.
     static EDGE: RefCell<EdgeCache> = RefCell::new(EdgeCache::default());
-    /// Snapshot fetches in flight: product id -> when it started.
-    static REFRESHING: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
     /// Which product ids exist, as read from the catalog.
     static CATALOG: RefCell<CatalogView> = RefCell::new(CatalogView::default());
 }
@@ -623,42 +620,26 @@ async fn lookup(env: &Env, product_id: &str) -> Option<Known> {
         Err(p) if p.code == ProblemCode::UnknownProduct => return Some(Known::Unknown),
         Err(_) => return None,
     }
-    let fresh = || EDGE.with_borrow(|c| c.fresh(product_id, now_ms()).map(|e| e.known.clone()));
-    if let Some(known) = fresh() {
-        return Some(known);
-    }
-    let started = REFRESHING.with_borrow(|m| m.get(product_id).copied());
-    if let Some(started) = started {
-        while now_ms().saturating_sub(started) < REFRESH_WAIT_MAX_MS {
-            Delay::from(Duration::from_millis(REFRESH_POLL_MS)).await;
-            if let Some(known) = fresh() {
-                return Some(known);
-            }
-            if REFRESHING.with_borrow(|m| m.get(product_id) != Some(&started)) {
-                break;
-            }
-        }
-        // The other fetch is slow: a snapshot a few seconds old, if there
-        // is one, rather than one more fetch from every waiting request.
-        let slow = REFRESHING.with_borrow(|m| m.get(product_id) == Some(&started));
-        let stale =
-            || EDGE.with_borrow(|c| c.usable(product_id, now_ms()).map(|e| e.known.clone()));
-        if slow {
-            if let Some(known) = stale() {
-                return Some(known);
+    let mut next = EDGE.with_borrow(|c| c.lookup(product_id, now_ms()));
+    loop {
+        match next {
+            Lookup::Known(known) => return Some(known),
+            Lookup::Fetch => break,
+            Lookup::Wait { started_ms } => {
+                Delay::from(Duration::from_millis(REFRESH_POLL_MS)).await;
+                next = EDGE.with_borrow(|c| c.waited(product_id, started_ms, now_ms()));
             }
         }
     }
-    refresh(env, product_id).await;
-    fresh()
+    sync(env, product_id).await;
+    EDGE.with_borrow(|c| c.fresh(product_id, now_ms()).map(|e| e.known.clone()))
 }
 
 /// Fetches a snapshot, reporting the tickets this isolate issued since the
 /// last one. A report that does not arrive goes with the next fetch.
-async fn refresh(env: &Env, product_id: &str) {
+async fn sync(env: &Env, product_id: &str) {
     let started = now_ms();
-    REFRESHING.with_borrow_mut(|m| m.insert(product_id.to_string(), started));
-    let report = EDGE.with_borrow_mut(|c| c.take_report(product_id));
+    let report = EDGE.with_borrow_mut(|c| c.begin_sync(product_id, started));
     let cmd = Command::Sync {
         product_id: product_id.to_string(),
         arrivals: report.clone(),
@@ -677,21 +658,7 @@ async fn refresh(env: &Env, product_id: &str) {
             None
         }
     };
-    EDGE.with_borrow_mut(|c| match known {
-        Some(known) => c.insert(
-            product_id,
-            Entry {
-                fetched_at_ms: now_ms(),
-                known,
-            },
-        ),
-        None => c.return_report(product_id, report),
-    });
-    REFRESHING.with_borrow_mut(|m| {
-        if m.get(product_id) == Some(&started) {
-            m.remove(product_id);
-        }
-    });
+    EDGE.with_borrow_mut(|c| c.end_sync(product_id, started, known, report, now_ms()));
 }
 
 /// `POST` (join) and `GET` (standing) of a product's waiting room, both
