@@ -2,13 +2,11 @@
 
 use worker::wasm_bindgen::{self, prelude::wasm_bindgen, JsValue};
 use worker::worker_sys::web_sys;
-use worker::{Headers, Response};
 
 use crate::http::problem::Problem;
 use crate::http::reply::Reply;
 
-/// The fields every reply carries, in order: the one list both ways of
-/// building a response below send.
+/// The fields every reply carries, in order.
 fn fields(reply: &Reply) -> Vec<(&'static str, &str)> {
     let mut fields = vec![
         ("content-type", reply.content_type()),
@@ -19,20 +17,6 @@ fn fields(reply: &Reply) -> Vec<(&'static str, &str)> {
         fields.push(("idempotent-replayed", "true"));
     }
     fields
-}
-
-pub fn respond(reply: Reply) -> worker::Result<Response> {
-    let headers = Headers::new();
-    for (name, value) in fields(&reply) {
-        headers.set(name, value)?;
-    }
-    Ok(Response::from_bytes(reply.body_bytes())?
-        .with_status(reply.status)
-        .with_headers(headers))
-}
-
-pub fn problem(p: Problem) -> worker::Result<Response> {
-    respond(p.into())
 }
 
 #[wasm_bindgen(inline_js = "
@@ -49,17 +33,18 @@ extern "C" {
     fn build(status: u16, body: &[u8], fields: &str) -> Result<web_sys::Response, JsValue>;
 }
 
-/// `respond` for a hot path: the runtime's response, built in one call
-/// across the boundary instead of one per field (`Headers::set`), plus the
-/// body's copy, the init's fields and the conversion `worker::Response`
-/// needs.
-pub fn respond_raw(reply: &Reply) -> worker::Result<web_sys::Response> {
+/// The one way a reply becomes a response: the runtime's own, built in one
+/// call across the boundary instead of one per field (`Headers::set`) plus
+/// the body's copy and the conversion a `worker::Response` needs. A caller
+/// that must hand the runtime a `worker::Response` (a Durable Object's
+/// `fetch`) converts it with `into()`, which wraps it and copies nothing.
+pub fn respond(reply: &Reply) -> worker::Result<web_sys::Response> {
     raw(reply.status, &reply.body_bytes(), &fields(reply))
 }
 
-/// `problem`, built as `respond_raw` builds.
-pub fn problem_raw(p: Problem) -> worker::Result<web_sys::Response> {
-    respond_raw(&p.into())
+/// A problem document, as `respond` builds every reply.
+pub fn problem(p: Problem) -> worker::Result<web_sys::Response> {
+    respond(&p.into())
 }
 
 /// A response of `status` with `body` and these header fields, built in one

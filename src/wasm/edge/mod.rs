@@ -84,19 +84,12 @@ fn unavailable() -> Problem {
     Problem::unavailable(worker::js_sys::Math::random())
 }
 
-/// What the edge answers: a `worker::Response` it built, or the runtime's
-/// own response: the object's, passed on untouched (converting it to a
-/// `worker::Response` and back would copy its status, headers and body
-/// through wasm for nothing), or one of the hot answers built in one call
-/// (`http::respond_raw`).
-enum Answer {
-    Built(Response),
-    Raw(web_sys::Response),
-}
-
-/// The edge's refusal, built in one call.
-fn refuse(p: Problem) -> worker::Result<Answer> {
-    http::problem_raw(p).map(Answer::Raw)
+/// The edge's refusal. Every answer of the edge is the runtime's own
+/// response: one it built (`http::respond`), or the object's, passed on
+/// untouched (converting it to a `worker::Response` and back would copy its
+/// status, headers and body through wasm for nothing).
+fn refuse(p: Problem) -> worker::Result<web_sys::Response> {
+    http::problem(p)
 }
 
 #[event(fetch)]
@@ -108,17 +101,13 @@ async fn fetch(
     env: Env,
     _ctx: Context,
 ) -> worker::Result<web_sys::Response> {
-    let answer = match handle(req, &env).await {
-        Ok(answer) => answer,
+    match handle(req, &env).await {
+        Ok(resp) => Ok(resp),
         Err(e) => {
             worker::console_error!("flashgate edge: {e}");
-            Answer::Built(http::problem(Problem::internal())?)
+            http::problem(Problem::internal())
         }
-    };
-    Ok(match answer {
-        Answer::Built(resp) => resp.into(),
-        Answer::Raw(resp) => resp,
-    })
+    }
 }
 
 /// Reads at most `BODY_BYTES_MAX + 1` bytes, so an oversized body is refused
@@ -200,7 +189,7 @@ fn random_u64() -> u64 {
 
 /// `POST /api/session`: an anonymous buyer and its token, in the body and
 /// in an HttpOnly cookie, when dev sessions are on.
-fn session(settings: &Settings, secure: bool) -> worker::Result<Response> {
+fn session(settings: &Settings, secure: bool) -> worker::Result<web_sys::Response> {
     let now_ms = worker::Date::now().as_millis();
     let s = match auth::session(settings, now_ms, random_u64()) {
         Ok(s) => s,
@@ -212,7 +201,6 @@ fn session(settings: &Settings, secure: bool) -> worker::Result<Response> {
         "expires_at": rfc3339(s.expires_at_ms),
         "expires_at_ms": s.expires_at_ms,
     });
-    let mut resp = http::respond(Reply::ok(201, body))?;
     let cookie = format!(
         "{}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}{}",
         auth::buyer_cookie_name(secure),
@@ -220,11 +208,12 @@ fn session(settings: &Settings, secure: bool) -> worker::Result<Response> {
         crate::limits::SESSION_TTL_S,
         if secure { "; Secure" } else { "" }
     );
-    resp.headers_mut().set("set-cookie", &cookie)?;
-    Ok(resp)
+    let mut reply = Reply::ok(201, body);
+    reply.headers.push(("set-cookie", cookie));
+    http::respond(&reply)
 }
 
-async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
+async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Response> {
     let parts = Parts::read(&req);
     let (method, url) = (parts.method.as_str(), parts.url.as_str());
     let path_and_query = routes::path_and_query(url);
@@ -237,10 +226,10 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
                 .unwrap_or_default();
             let lang = Lang::from_accept_language(parts.get(Field::AcceptLanguage));
             return html_response(crate::edge::page::html(&page, lang, &payment_url))
-                .map(Answer::Built);
+                .map(Into::into);
         }
         Ok(Route::OpenApi) => {
-            return static_response(crate::OPENAPI_JSON, "application/json").map(Answer::Built)
+            return static_response(crate::OPENAPI_JSON, "application/json").map(Into::into)
         }
         Ok(route) => route,
         Err(p) => return refuse(p),
@@ -254,18 +243,16 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
     // turned away before anything else is read or verified.
     let ip = rate_limit::ip_key(parts.get(Field::ConnectingIp));
     if let Some(refused) = limit(env, &settings, Limiter::Ip, &ip).await? {
-        return Ok(Answer::Raw(refused));
+        return Ok(refused);
     }
     let now = now_ms();
     let route = match route {
         Route::Api(route) => route,
-        Route::Session => return session(&settings, url.starts_with("https:")).map(Answer::Built),
+        Route::Session => return session(&settings, url.starts_with("https:")),
         Route::Queue { product_id, join } => {
-            return queue(&parts, env, &settings, &product_id, join, now)
-                .await
-                .map(Answer::Raw);
+            return queue(&parts, env, &settings, &product_id, join, now).await;
         }
-        Route::ListProducts => return list_products(env).await.map(Answer::Raw),
+        Route::ListProducts => return list_products(env).await,
         Route::Live { product_id } => {
             return live(&parts, env, &settings, &product_id, &ip, now).await;
         }
@@ -308,7 +295,7 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
     };
     if let Some((limiter, key)) = second {
         if let Some(refused) = limit(env, &settings, limiter, key).await? {
-            return Ok(Answer::Raw(refused));
+            return Ok(refused);
         }
     }
 
@@ -321,7 +308,7 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
     }
     match &cmd {
         Command::GetProduct { .. } => match lookup(env, &product_id).await {
-            Some(Known::Product { body, .. }) => return product_response(&body).map(Answer::Raw),
+            Some(Known::Product { body, .. }) => return product_response(&body),
             Some(Known::Unknown) => return refuse(Problem::unknown_product(&product_id)),
             None => {}
         },
@@ -337,13 +324,11 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
         // lists nothing, see `catalog`).
         Command::Configure { .. } => {
             if let Some(refused) = register(env, &product_id).await? {
-                return Ok(Answer::Built(refused));
+                return Ok(refused);
             }
         }
         Command::Stats { .. } if drift => {
-            return drift_check(env, &settings, &product_id, &cmd)
-                .await
-                .map(Answer::Built)
+            return drift_check(env, &settings, &product_id, &cmd).await
         }
         _ => {}
     }
@@ -359,7 +344,7 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<Answer> {
         // likely): the next request fetches a new one.
         EDGE.with_borrow_mut(|c| c.invalidate(&product_id));
     }
-    Ok(Answer::Raw(resp))
+    Ok(resp)
 }
 
 /// `GET /api/products/{id}/live`: a viewer's socket, accepted by the
@@ -373,7 +358,7 @@ async fn live(
     product_id: &str,
     ip: &str,
     now: u64,
-) -> worker::Result<Answer> {
+) -> worker::Result<web_sys::Response> {
     let upgrade = parts.get(Field::Upgrade).unwrap_or_default();
     if !upgrade.eq_ignore_ascii_case("websocket") {
         return refuse(Problem::upgrade_required());
@@ -396,7 +381,7 @@ async fn live(
         client: rate_limit::client_tag(ip),
     };
     match forward_raw(env, product_id, &cmd).await {
-        Ok(resp) => Ok(Answer::Raw(resp)),
+        Ok(resp) => Ok(resp),
         Err(e) => {
             worker::console_error!("flashgate edge: product {product_id} unreachable: {e}");
             refuse(unavailable())
@@ -412,7 +397,7 @@ fn catalog_stub(env: &Env) -> worker::Result<worker::Stub> {
 }
 
 /// Lists a product in the catalog; a refusal is the problem to send.
-async fn register(env: &Env, product_id: &str) -> worker::Result<Option<Response>> {
+async fn register(env: &Env, product_id: &str) -> worker::Result<Option<web_sys::Response>> {
     let mut init = worker::RequestInit::new();
     init.with_method(worker::Method::Post)
         .with_body(Some(JsValue::from_str(product_id)));
@@ -422,7 +407,7 @@ async fn register(env: &Env, product_id: &str) -> worker::Result<Option<Response
             CATALOG.with_borrow_mut(|c| c.insert(product_id));
             Ok(None)
         }
-        Ok(resp) => Ok(Some(resp)),
+        Ok(resp) => Ok(Some(resp.into())),
         Err(e) => {
             worker::console_error!("flashgate edge: the catalog is unreachable: {e}");
             http::problem(unavailable()).map(Some)
@@ -462,7 +447,7 @@ async fn list_products(env: &Env) -> worker::Result<web_sys::Response> {
                 }
                 Err(e) => {
                     worker::console_error!("flashgate edge: the catalog is unreachable: {e}");
-                    return http::problem_raw(unavailable());
+                    return http::problem(unavailable());
                 }
             }
         }
@@ -496,13 +481,13 @@ async fn drift_check(
     settings: &Settings,
     product_id: &str,
     cmd: &Command,
-) -> worker::Result<Response> {
+) -> worker::Result<web_sys::Response> {
     let mut resp = match forward(env, product_id, cmd).await {
         Ok(r) => r,
         Err(_) => return http::problem(unavailable()),
     };
     if resp.status_code() != 200 {
-        return Ok(resp);
+        return Ok(resp.into());
     }
     let stats: flashgate_wire::GateStats = match resp.json().await {
         Ok(s) => s,
@@ -518,7 +503,7 @@ async fn drift_check(
             Some(token) => origin_totals(&f.origin_url, token, product_id).await,
         },
     };
-    http::respond(Reply::ok(200, crate::http::views::drift(&stats, origin)))
+    http::respond(&Reply::ok(200, crate::http::views::drift(&stats, origin)))
 }
 
 /// The origin's totals for a product, or why they could not be read.
@@ -573,13 +558,13 @@ async fn limit(
             "flashgate: the rate limiting binding {} is missing",
             limiter.binding()
         );
-        return http::problem_raw(Problem::misconfigured()).map(Some);
+        return http::problem(Problem::misconfigured()).map(Some);
     };
     if JsFuture::from(promise).await?.is_truthy() {
         Ok(None)
     } else {
         let policy = settings.rate_limits.of(limiter);
-        http::problem_raw(rate_limit::limited(limiter, policy)).map(Some)
+        http::problem(rate_limit::limited(limiter, policy)).map(Some)
     }
 }
 
@@ -680,21 +665,21 @@ async fn queue(
         now,
     ) {
         Ok(b) => b,
-        Err(p) => return http::problem_raw(p),
+        Err(p) => return http::problem(p),
     };
     if let Some(refused) = limit(env, settings, Limiter::Buyer, &buyer).await? {
         return Ok(refused);
     }
     let snapshot = match lookup(env, product_id).await {
         Some(Known::Product { snapshot, .. }) => snapshot,
-        Some(Known::Unknown) => return http::problem_raw(Problem::unknown_product(product_id)),
-        None => return http::problem_raw(unavailable()),
+        Some(Known::Unknown) => return http::problem(Problem::unknown_product(product_id)),
+        None => return http::problem(unavailable()),
     };
     let now = now_ms();
     if join {
         let q = match snapshot.may_join(now) {
             Ok(q) => q,
-            Err(p) => return http::problem_raw(p),
+            Err(p) => return http::problem(p),
         };
         let (text, claims) = settings
             .ticket_key
@@ -713,20 +698,20 @@ async fn queue(
             "position": standing.position,
             "eta_s": standing.eta_s,
         });
-        return http::respond_raw(&Reply::ok(201, body));
+        return http::respond(&Reply::ok(201, body));
     }
     let Some(text) = parts.get(Field::Ticket) else {
-        return http::problem_raw(Problem::new(
+        return http::problem(Problem::new(
             ProblemCode::TicketRequired,
             "send the ticket from joining the waiting room as Flashgate-Ticket",
         ));
     };
     let claims = match settings.ticket_key.verify(text, product_id, &buyer, now) {
         Ok(c) => c,
-        Err(e) => return http::problem_raw(e.problem()),
+        Err(e) => return http::problem(e.problem()),
     };
     let Some(q) = &snapshot.queue else {
-        return http::problem_raw(Problem::new(
+        return http::problem(Problem::new(
             ProblemCode::NoWaitingRoom,
             "this product has no waiting room: reserve directly",
         ));
@@ -743,7 +728,7 @@ async fn queue(
         "expires_at": rfc3339(claims.e),
         "expires_at_ms": claims.e,
     });
-    http::respond_raw(&Reply::ok(200, body))
+    http::respond(&Reply::ok(200, body))
 }
 
 /// Sends a command to its product's object: one object per product, which

@@ -31,11 +31,12 @@ impl DurableObject for Catalog {
                 match catalog::register(&mut db, &id, now) {
                     Ok(Registered::Full) => {
                         http::problem(Problem::catalog_full(crate::limits::PRODUCTS_MAX))
+                            .map(Into::into)
                     }
                     Ok(_) => Response::ok("registered"),
                     Err(e) => {
                         worker::console_error!("Catalog: register {id:?}: {e}");
-                        http::problem(Problem::internal())
+                        http::problem(Problem::internal()).map(Into::into)
                     }
                 }
             }
@@ -54,7 +55,7 @@ impl DurableObject for Catalog {
                     Ok(page) => Response::from_json(&page),
                     Err(e) => {
                         worker::console_error!("Catalog: ids: {e}");
-                        http::problem(Problem::internal())
+                        http::problem(Problem::internal()).map(Into::into)
                     }
                 }
             }
@@ -62,10 +63,12 @@ impl DurableObject for Catalog {
                 Ok(ids) => Response::from_json(&ids),
                 Err(e) => {
                     worker::console_error!("Catalog: list: {e}");
-                    http::problem(Problem::internal())
+                    http::problem(Problem::internal()).map(Into::into)
                 }
             },
-            _ => http::problem(Problem::not_found(format!("Catalog has no {path}"))),
+            _ => {
+                http::problem(Problem::not_found(format!("Catalog has no {path}"))).map(Into::into)
+            }
         }
     }
 }

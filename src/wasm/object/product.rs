@@ -121,7 +121,7 @@ impl ProductGate {
         product_id: &str,
         buyer: Option<String>,
         client: Option<String>,
-    ) -> worker::Result<Response> {
+    ) -> worker::Result<web_sys::Response> {
         let now = now_ms();
         let loaded = self.object.borrow_mut().live_state(&mut self.store(), now);
         let current = match loaded {
@@ -167,7 +167,7 @@ impl ProductGate {
         pair.server
             .serialize_attachment(Attachment { buyer, version })?;
         pair.server.send_with_str(&message)?;
-        Response::from_websocket(pair.client)
+        Response::from_websocket(pair.client).map(Into::into)
     }
 
     /// Moves the alarm earlier if the object asks for it.
@@ -491,7 +491,7 @@ impl ProductGate {
 impl ProductGate {
     async fn handle(&self, req: web_sys::Request) -> worker::Result<web_sys::Response> {
         if config::settings(&self.env).is_err() {
-            return http::problem(Problem::misconfigured()).map(Into::into);
+            return http::problem(Problem::misconfigured());
         }
         // The command comes as a header when it fits (read without a
         // promise), else as the body. Text and serde_json, not
@@ -511,7 +511,7 @@ impl ProductGate {
             // Only the Worker calls this object, with commands it built.
             Err(e) => {
                 worker::console_error!("ProductGate: bad internal command: {e}");
-                return http::respond_raw(&Problem::internal().into());
+                return http::respond(&Problem::internal().into());
             }
         };
         if let Command::Watch {
@@ -520,7 +520,7 @@ impl ProductGate {
             client,
         } = cmd
         {
-            return self.watch(&product_id, buyer, client).map(Into::into);
+            return self.watch(&product_id, buyer, client);
         }
         // Group commit: wait one tick, so the commands that arrive in it
         // share a batch, then take this command's answer; the first request
@@ -539,13 +539,13 @@ impl ProductGate {
             self.run_batch().await;
         };
         match answer {
-            Answer::Reply(reply) => http::respond_raw(&reply),
+            Answer::Reply(reply) => http::respond(&reply),
             // Storage failed: nothing of the batch was stored or
             // acknowledged, the object reloads at its next event, and a
             // retry (after a jittered pause, so a crowd does not return at
             // once) is safe.
             Answer::Failed(_) => {
-                http::respond_raw(&Problem::unavailable(js_sys::Math::random()).into())
+                http::respond(&Problem::unavailable(js_sys::Math::random()).into())
             }
         }
     }
