@@ -20,20 +20,12 @@
 //! taken back for this reason; ARCHITECTURE.md, "Where a request's time
 //! goes".)
 
-use crate::limits::CODECS_CACHED_MAX;
 use flashgate_wire::bounds::valid_reservation_id;
 use flashgate_wire::mac::hmac_sha256;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 const ROUNDS: u8 = 4;
-
-thread_local! {
-    // Product id -> (the secret it was built under, its codec). An isolate
-    // is single-threaded, and no borrow outlives a call.
-    static CODECS: std::cell::RefCell<std::collections::HashMap<String, (Vec<u8>, IdCodec)>> =
-        std::cell::RefCell::new(std::collections::HashMap::new());
-}
 
 /// Encodes and decodes the reservation ids of one product.
 #[derive(Clone)]
@@ -51,25 +43,6 @@ impl IdCodec {
         IdCodec {
             mac: hmac_sha256(&derive.finalize().into_bytes()),
         }
-    }
-
-    /// `new`, built once per isolate for each product (deriving a
-    /// product's key costs as much as decoding an id with it) and cloned
-    /// from the cache after that.
-    pub fn of(secret: &[u8], product_id: &str) -> IdCodec {
-        CODECS.with_borrow_mut(|codecs| {
-            if let Some((built_under, codec)) = codecs.get(product_id) {
-                if built_under == secret {
-                    return codec.clone();
-                }
-            }
-            if codecs.len() >= CODECS_CACHED_MAX {
-                codecs.clear();
-            }
-            let codec = IdCodec::new(secret, product_id);
-            codecs.insert(product_id.to_string(), (secret.to_vec(), codec.clone()));
-            codec
-        })
     }
 
     fn round(&self, round: u8, half: u32) -> u32 {
@@ -184,15 +157,6 @@ mod tests {
             IdCodec::new(b"another-secret-of-thirty-two-byte", "p1").encode(1),
             a
         );
-        // The cached codec is the same permutation, under its own secret.
-        assert_eq!(IdCodec::of(SECRET, "p1").encode(7), c.encode(7));
-        assert_eq!(IdCodec::of(SECRET, "p1").encode(7), c.encode(7));
-        let other = b"another-secret-of-thirty-two-byte";
-        assert_eq!(
-            IdCodec::of(other, "p1").encode(7),
-            IdCodec::new(other, "p1").encode(7)
-        );
-        assert_eq!(IdCodec::of(SECRET, "p1").encode(7), c.encode(7));
         for bad in [
             "",
             "1",
@@ -213,17 +177,5 @@ mod tests {
         assert_eq!(c.encode(1), "d1203a682d58e845");
         assert_eq!(c.encode(u64::MAX), "6e3548112671bf17");
         assert_eq!(c.decode("d1203a682d58e845"), Some(1));
-    }
-
-    #[test]
-    fn the_codec_cache_is_bounded() {
-        for i in 0..CODECS_CACHED_MAX * 2 + 3 {
-            let id = format!("product-{i}");
-            assert_eq!(
-                IdCodec::of(SECRET, &id).encode(1),
-                IdCodec::new(SECRET, &id).encode(1)
-            );
-            assert!(CODECS.with_borrow(|c| c.len()) <= CODECS_CACHED_MAX);
-        }
     }
 }

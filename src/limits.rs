@@ -3,21 +3,10 @@
 //! the core's own (stock, buyers, holds) are in `flashgate_core::limits`
 //! and the origin's wire bounds in `flashgate_wire::bounds`.
 
-// ids.rs
-
-/// Codecs kept per isolate by `IdCodec::of`: a bound on a cache whose keys
-/// come from requests (product ids); at the bound it starts afresh.
-pub const CODECS_CACHED_MAX: usize = 1024;
-
 // edge/auth.rs
 
 /// How long a dev session's token lasts.
 pub const SESSION_TTL_S: u64 = 60 * 60;
-
-/// Buyer tokens whose signature the isolate remembers having checked
-/// (`signed_by`): a bound on a cache whose keys come from requests; at the
-/// bound it starts afresh.
-pub const TOKENS_REMEMBERED_MAX: usize = 2048;
 
 // edge/cache.rs
 

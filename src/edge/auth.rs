@@ -8,16 +8,13 @@
 //!
 //! Pure, like the rest of the edge's decisions.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
 
-use flashgate_wire::keys::KeySet;
 use flashgate_wire::signing::{self, Presented, Purpose};
-use flashgate_wire::token::{self, Claims, Signed, TokenError};
+use flashgate_wire::token::{self, Claims, TokenError};
 
 use crate::http::codes::ProblemCode;
 use crate::http::problem::Problem;
-use crate::limits::{SESSION_TTL_S, TOKENS_REMEMBERED_MAX};
+use crate::limits::SESSION_TTL_S;
 use crate::settings::Settings;
 
 /// The cookie a browser carries its buyer token in (HttpOnly) over plain
@@ -40,55 +37,6 @@ pub fn buyer_cookie_name(secure: bool) -> &'static str {
 /// `__Host-` cookie counts, so one planted without the prefix is ignored.
 pub fn buyer_cookie(header: Option<&str>, secure: bool) -> Option<&str> {
     cookie(header, buyer_cookie_name(secure))
-}
-
-/// A token remembered as signed, with the secret that proved it.
-struct Remembered {
-    secret: Vec<u8>,
-    signed: Signed,
-}
-
-thread_local! {
-    // Token text -> what its signature proved. An isolate is
-    // single-threaded, and no borrow outlives a call.
-    static REMEMBERED: RefCell<HashMap<String, Remembered>> = RefCell::new(HashMap::new());
-}
-
-/// `token::verify_signature`, remembered per token. A buyer sends the same
-/// token with every request, and checking it (two base64 and JSON decodes
-/// and an HMAC) cost a reservation read about a thirtieth of its isolate
-/// time (`bench/profile.mjs objread`); a lookup costs a hash of the text.
-///
-/// Only a token whose signature verified is remembered, so a forged one
-/// pays the full check every time and changes nothing here. A remembered
-/// token is used only while the key that signed it is still in the set
-/// with the same secret, so a key removed or replaced stops its tokens at
-/// once. The clock's checks (`token::check_claims`) run at every use.
-fn signed_by(keys: &KeySet, text: &str) -> Result<Signed, TokenError> {
-    let hit = REMEMBERED.with_borrow(|remembered| {
-        let entry = remembered.get(text)?;
-        let key = keys.get(&entry.signed.kid)?;
-        (key.secret() == entry.secret.as_slice()).then(|| entry.signed.clone())
-    });
-    if let Some(signed) = hit {
-        return Ok(signed);
-    }
-    let signed = token::verify_signature(keys, text)?;
-    if let Some(key) = keys.get(&signed.kid) {
-        REMEMBERED.with_borrow_mut(|remembered| {
-            if remembered.len() >= TOKENS_REMEMBERED_MAX {
-                remembered.clear();
-            }
-            remembered.insert(
-                text.to_string(),
-                Remembered {
-                    secret: key.secret().to_vec(),
-                    signed: signed.clone(),
-                },
-            );
-        });
-    }
-    Ok(signed)
 }
 
 /// The credentials of an `Authorization: Bearer` header.
@@ -155,7 +103,7 @@ pub fn buyer(
             }
         },
     };
-    let signed = signed_by(&settings.buyer_keys, token).map_err(token_problem)?;
+    let signed = token::verify_signature(&settings.buyer_keys, token).map_err(token_problem)?;
     token::check_claims(&signed.claims, &settings.audience, now_ms / 1000)
         .map_err(token_problem)?;
     Ok(signed.claims.sub)
@@ -255,11 +203,11 @@ mod tests {
         assert_eq!(cookie(Some("xfg_buyer=1"), BUYER_COOKIE), None);
     }
 
-    /// A remembered token is no easier to abuse than a checked one: it
-    /// still expires, still names its audience, stops with its key, and
-    /// remembering it lets no forgery through.
+    /// A token checked once is checked as strictly the next time: it still
+    /// expires, still names its audience, stops with its key, and no
+    /// forgery of it passes.
     #[test]
-    fn a_remembered_token_is_checked_as_strictly_as_a_new_one() {
+    fn a_token_is_checked_as_strictly_at_every_use() {
         let s = settings();
         let now = 1_800_000_000_000;
         let session = session(&s, now, 11).unwrap();
@@ -268,7 +216,6 @@ mod tests {
         for _ in 0..2 {
             assert_eq!(buyer(&s, Some(&auth), None, now).unwrap(), session.buyer_id);
         }
-        assert!(REMEMBERED.with_borrow(|r| r.contains_key(&session.token)));
 
         // The clock is read at each use.
         let late = now + (SESSION_TTL_S + 60) * 1000;
@@ -293,7 +240,7 @@ mod tests {
             "k-other:another-secret-of-at-least-thirty-two-bytes".to_string(),
         ] {
             let mut rotated = settings();
-            rotated.buyer_keys = KeySet::parse(&keys).unwrap();
+            rotated.buyer_keys = flashgate_wire::keys::KeySet::parse(&keys).unwrap();
             assert_eq!(
                 code(buyer(&rotated, Some(&auth), None, now)),
                 ProblemCode::TokenInvalid,
@@ -301,9 +248,8 @@ mod tests {
             );
         }
 
-        // Every forgery of the remembered token is refused, and none is
-        // remembered: one changed character in each part, and the parts
-        // of another buyer's token spliced in.
+        // Every forgery of the token is refused: one changed character in
+        // each part, and the parts of another buyer's token spliced in.
         let other = super::session(&s, now, 12).unwrap();
         let mut forged: Vec<String> = (0..session.token.len())
             .step_by(7)
@@ -323,19 +269,6 @@ mod tests {
         for f in &forged {
             let got = buyer(&s, Some(&format!("Bearer {f}")), None, now);
             assert!(got.is_err(), "a forgery passed: {f}");
-            assert!(!REMEMBERED.with_borrow(|r| r.contains_key(f)), "{f}");
-        }
-    }
-
-    #[test]
-    fn remembered_tokens_are_bounded() {
-        let s = settings();
-        let now = 1_800_000_000_000;
-        for i in 0..(TOKENS_REMEMBERED_MAX as u64 * 2 + 5) {
-            let session = session(&s, now, 1_000 + i).unwrap();
-            let auth = format!("Bearer {}", session.token);
-            assert_eq!(buyer(&s, Some(&auth), None, now).unwrap(), session.buyer_id);
-            assert!(REMEMBERED.with_borrow(|r| r.len()) <= TOKENS_REMEMBERED_MAX);
         }
     }
 

@@ -409,7 +409,7 @@ pub fn parse(
     // Decodes after the id's form was checked by `route`; a decoded id the
     // product never issued reads as unknown there.
     let internal = |product_id: &str, rid: &str| -> Result<u64, Problem> {
-        IdCodec::of(&settings.id_secret, product_id)
+        IdCodec::new(&settings.id_secret, product_id)
             .decode(rid)
             .ok_or_else(Problem::invalid_reservation_id)
     };
