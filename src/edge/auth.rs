@@ -8,7 +8,6 @@
 //!
 //! Pure, like the rest of the edge's decisions.
 
-
 use flashgate_wire::signing::{self, Presented, Purpose};
 use flashgate_wire::token::{self, Claims, TokenError};
 
