@@ -167,7 +167,7 @@ impl SqlSim {
             gate.set_archived();
         }
         store
-            .write(Some("p-sql"), &gate.take_changes())
+            .write(Some("p-sql"), &gate.poll_changes())
             .expect("create");
         SqlSim {
             rng: Rng::new(seed),
@@ -193,15 +193,15 @@ impl Simulation for SqlSim {
         let desc = match rng.below(10) {
             0..=3 => {
                 let key = format!("k{}", rng.below(200));
-                gate.reserve(a, *now, &buyer, &key, 1 + rng.below(2) as u32, None);
+                gate.handle_reserve(a, *now, &buyer, &key, 1 + rng.below(2) as u32, None);
                 "reserve"
             }
             4 => {
-                gate.confirm(a, *now, 1 + rng.below(step + 1), &buyer, "pay-ü");
+                gate.handle_confirm(a, *now, 1 + rng.below(step + 1), &buyer, "pay-ü");
                 "confirm"
             }
             5 => {
-                gate.cancel(a, *now, 1 + rng.below(step + 1), &buyer);
+                gate.handle_cancel(a, *now, 1 + rng.below(step + 1), &buyer);
                 "cancel"
             }
             6 => {
@@ -222,13 +222,13 @@ impl Simulation for SqlSim {
                     };
                     arrivals.add(&t, gate.config().opens_at_ms);
                 }
-                gate.record_arrivals(*now, &arrivals);
+                gate.handle_arrivals(*now, &arrivals);
                 let batch = gate.poll_outbox(*now, 3);
                 if let Some(last) = batch.last() {
                     if rng.below(2) == 0 {
-                        gate.ack_outbox(last.seq);
+                        gate.handle_ack(last.seq);
                     } else {
-                        gate.nack_outbox(*now, step);
+                        gate.handle_nack(*now, step);
                     }
                 }
                 "arrivals and the outbox"
@@ -250,7 +250,7 @@ impl Simulation for SqlSim {
         };
         let store = reader.finish().unwrap_or_else(|e| panic!("{desc}: {e}"));
         store
-            .write(None, &gate.take_changes())
+            .write(None, &gate.poll_changes())
             .unwrap_or_else(|e| panic!("{desc}: write: {e}"));
         format!("{desc} by {buyer}")
     }
@@ -533,7 +533,7 @@ fn a_second_record_under_a_key_is_refused_and_old_stores_get_the_index() {
     use flashgate_core::{Change, HoldState, ReservationRow, Row};
     let mut store = Lite::new();
     let mut gate = Gate::new(0, Config::default(), 10).unwrap();
-    store.write(Some("p-key"), &gate.take_changes()).unwrap();
+    store.write(Some("p-key"), &gate.poll_changes()).unwrap();
     let row = |id: u64, key: &str| {
         Change::Put(Row::Reservation(ReservationRow {
             id,

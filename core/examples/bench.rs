@@ -64,18 +64,18 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// as rows) after every request, as the Durable Object shell does.
 fn fill(n: usize, ttl_ms: u64, buyers: &[String], keys: &[String], render: bool) -> (Gate, f64) {
     let mut gate = Gate::new(0, config(ttl_ms, 0), 2 * n as u64).unwrap();
-    gate.take_changes();
+    gate.poll_changes();
     let start = Instant::now();
     for i in 0..n {
-        let out = gate.reserve(&NoArchive, i as u64, &buyers[i], &keys[i], 1, None);
+        let out = gate.handle_reserve(&NoArchive, i as u64, &buyers[i], &keys[i], 1, None);
         debug_assert!(matches!(out, ReserveOutcome::Reserved { .. }));
         if render {
-            black_box(gate.take_changes());
+            black_box(gate.poll_changes());
         }
     }
     let secs = start.elapsed().as_secs_f64();
     // Without rendering, the rows are still taken, outside the timing.
-    gate.take_changes();
+    gate.poll_changes();
     (gate, secs)
 }
 
@@ -113,12 +113,12 @@ fn main() {
     let (mut gate, _) = fill(n, 10 * n as u64, &buyers, &keys, false);
     gate.set_total(&NoArchive, n as u64, n as u64)
         .expect("the total covers every hold");
-    gate.take_changes();
+    gate.poll_changes();
     let mut refusals = Vec::new();
     for _ in 0..runs {
         let start = Instant::now();
         for i in n..2 * n {
-            let out = gate.reserve(&NoArchive, n as u64, &buyers[i], &keys[i], 1, None);
+            let out = gate.handle_reserve(&NoArchive, n as u64, &buyers[i], &keys[i], 1, None);
             debug_assert_eq!(out, ReserveOutcome::SoldOut);
             black_box(out);
         }
@@ -140,9 +140,9 @@ fn main() {
             let now = i as u64;
             let expired = gate.handle_timeout(now);
             debug_assert_eq!(expired, 1);
-            let out = gate.reserve(&NoArchive, now, &buyers[i], &keys[i], 1, None);
+            let out = gate.handle_reserve(&NoArchive, now, &buyers[i], &keys[i], 1, None);
             debug_assert!(matches!(out, ReserveOutcome::Reserved { .. }));
-            black_box(gate.take_changes());
+            black_box(gate.poll_changes());
         }
         cycles.push(per_run as f64 / start.elapsed().as_secs_f64());
     }
@@ -163,7 +163,7 @@ fn main() {
         loop {
             let start = Instant::now();
             let expired = gate.handle_timeout(due_at);
-            black_box(gate.take_changes());
+            black_box(gate.poll_changes());
             worst = worst.max(start.elapsed().as_secs_f64());
             events += 1;
             if expired == 0 {

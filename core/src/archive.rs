@@ -4,7 +4,7 @@
 //! again except one void. Kept in memory for the life of the product, such
 //! records were the one part of the gate's memory that grew without a
 //! bound (one per order ever sold). An archived gate (`Gate::set_archived`)
-//! therefore forgets a paid record once `take_changes` has handed its row
+//! therefore forgets a paid record once `poll_changes` has handed its row
 //! to the shell, and reads it back from storage, synchronously, when a
 //! replay, a confirm, a cancel, a buyer's read or a void names it.
 //!

@@ -6,6 +6,19 @@
 //! value; past that point the operation must succeed, and it mutates state
 //! and marks the rows it touched. Persistence (`persist.rs`) and the full
 //! audit (`audit.rs`) are further `impl Gate` blocks beside this one.
+//!
+//! Its methods follow quinn-proto's taxonomy:
+//! - getters, which change nothing: `config`, `mode`, `stock_total`,
+//!   `phase`, `reservation`, `admission`, `buyers_filter`, `levels`,
+//!   `stats`, `rows`;
+//! - inputs, `handle_*`: a buyer's `handle_reserve`, the payment backend's
+//!   `handle_confirm`, a buyer's `handle_cancel`, the edge's
+//!   `handle_arrivals`, the origin's `handle_ack` and `handle_nack`, and
+//!   the clock's `handle_timeout`;
+//! - mutators, the admin's: `configure` (with its shortcuts `set_rules`,
+//!   `set_total`, `set_mode`), `restock`, `void`;
+//! - outputs, `poll_*`: when to be woken (`poll_timeout`), the outbox batch
+//!   to deliver (`poll_outbox`), and the rows to write (`poll_changes`).
 
 use std::collections::BTreeSet;
 
@@ -340,7 +353,7 @@ impl Gate {
         slot
     }
 
-    /// From now on, paid records leave memory once `take_changes` has
+    /// From now on, paid records leave memory once `poll_changes` has
     /// handed their rows over, and every call that may name one must be
     /// given the storage they went to. Only a shell that writes every
     /// change it takes may set this.
@@ -382,7 +395,7 @@ impl Gate {
     }
 
     /// Brings archived record `id` back into memory for a change; the next
-    /// `take_changes` writes and archives it again.
+    /// `poll_changes` writes and archives it again.
     fn fault_in(&mut self, archive: &dyn Archive, id: ReservationId) {
         if !self.archived || id >= self.next_id || self.store.get(id).is_some() {
             return;
@@ -409,7 +422,7 @@ impl Gate {
                 slot
             }
         };
-        // Marked, so that `take_changes` archives it again even if the
+        // Marked, so that `poll_changes` archives it again even if the
         // caller then changes nothing.
         self.dirty.keys.push(ItemKey::Reservation(id));
         self.store.insert(
@@ -461,7 +474,7 @@ impl Gate {
     ///
     /// A product with a waiting room (`admit_per_s > 0`) also needs the
     /// buyer's `ticket`, as the edge verified it, and its turn to have come.
-    pub fn reserve(
+    pub fn handle_reserve(
         &mut self,
         archive: &dyn Archive,
         now_ms: u64,
@@ -639,7 +652,7 @@ impl Gate {
     }
 
     /// Pays for a held reservation. Only the buyer who holds it may confirm.
-    pub fn confirm(
+    pub fn handle_confirm(
         &mut self,
         archive: &dyn Archive,
         now_ms: u64,
@@ -721,7 +734,7 @@ impl Gate {
     }
 
     /// Gives a held reservation's units back. Only its buyer may cancel.
-    pub fn cancel(
+    pub fn handle_cancel(
         &mut self,
         archive: &dyn Archive,
         now_ms: u64,
@@ -970,7 +983,7 @@ impl Gate {
     /// A buyer who joins again is counted once: every counted ticket moves
     /// the watermark back for everyone after it, so a buyer rejoining in a
     /// loop (at the buyers' rate limit) would slow the room for all.
-    pub fn record_arrivals(&mut self, now_ms: u64, arrivals: &Arrivals) {
+    pub fn handle_arrivals(&mut self, now_ms: u64, arrivals: &Arrivals) {
         self.settle(now_ms);
         let mut arrivals = arrivals.clone();
         if !arrivals.named.is_empty() {
@@ -1030,7 +1043,7 @@ impl Gate {
     }
 
     /// The origin stored every entry up to `up_to_seq`.
-    pub fn ack_outbox(&mut self, up_to_seq: u64) -> AckOutcome {
+    pub fn handle_ack(&mut self, up_to_seq: u64) -> AckOutcome {
         let (outcome, removed) = self.outbox.ack(up_to_seq);
         if let AckOutcome::Acked { .. } = outcome {
             self.dirty.meta = true;
@@ -1042,7 +1055,7 @@ impl Gate {
     /// The batch that is out failed. It is handed out again after a capped
     /// exponential backoff whose jitter comes from `jitter_seed`. Returns
     /// false, and changes nothing, if no batch was out.
-    pub fn nack_outbox(&mut self, now_ms: u64, jitter_seed: u64) -> bool {
+    pub fn handle_nack(&mut self, now_ms: u64, jitter_seed: u64) -> bool {
         let nacked = self.outbox.nack(now_ms, jitter_seed);
         if nacked {
             self.dirty.meta = true;

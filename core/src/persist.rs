@@ -15,7 +15,7 @@ impl Gate {
     /// An archived gate forgets each paid record whose row it hands over
     /// here: from now on it is read back from storage (`archive.rs`). So the
     /// caller must write every change it takes, or discard the gate.
-    pub fn take_changes(&mut self) -> Vec<Change> {
+    pub fn poll_changes(&mut self) -> Vec<Change> {
         let mut keys = std::mem::take(&mut self.dirty.keys);
         if keys.len() > 1 {
             keys.sort_unstable();

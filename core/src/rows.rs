@@ -1,6 +1,6 @@
 //! The persistence contract: the rows a gate is stored as.
 //!
-//! Every call records which rows it touched; `Gate::take_changes` renders
+//! Every call records which rows it touched; `Gate::poll_changes` renders
 //! them as puts and deletes, so the shell writes O(1) rows per request and
 //! never the whole state. `Gate::restore` rebuilds an identical gate from the
 //! rows. The rows are the Durable Object's SQLite schema (see ARCHITECTURE.md):

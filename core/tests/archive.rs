@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use flashgate_core::{Change, Config, ConfirmOutcome, Gate, ReserveOutcome, Row, RowKey};
 
 fn write(gate: &mut Gate, storage: &mut BTreeMap<RowKey, Row>) {
-    for change in gate.take_changes() {
+    for change in gate.poll_changes() {
         match change {
             Change::Put(row) => {
                 storage.insert(row.key(), row);
@@ -34,12 +34,12 @@ fn a_restock_rebuilds_the_paying_buyers_filter_from_storage() {
     let buyers: Vec<String> = (0..50).map(|i| format!("payer-{i}")).collect();
     for b in &buyers {
         let ReserveOutcome::Reserved { reservation_id, .. } =
-            gate.reserve(&storage, 1, b, "first", 1, None)
+            gate.handle_reserve(&storage, 1, b, "first", 1, None)
         else {
             panic!("{b} could not reserve");
         };
         write(&mut gate, &mut storage);
-        let paid = gate.confirm(&storage, 2, reservation_id, b, "pay");
+        let paid = gate.handle_confirm(&storage, 2, reservation_id, b, "pay");
         assert!(matches!(paid, ConfirmOutcome::Confirmed(_)), "{paid:?}");
         write(&mut gate, &mut storage);
     }
@@ -63,12 +63,12 @@ fn a_restock_rebuilds_the_paying_buyers_filter_from_storage() {
     for b in &buyers {
         assert!(after.may_contain(b), "{b} fell out of the filter");
         // Their keys still replay, and their paid unit still counts.
-        let replay = gate.reserve(&storage, 4, b, "first", 1, None);
+        let replay = gate.handle_reserve(&storage, 4, b, "first", 1, None);
         assert!(
             matches!(replay, ReserveOutcome::Replayed { .. }),
             "{b}: {replay:?}"
         );
-        let over = gate.reserve(&storage, 4, b, "second", 2, None);
+        let over = gate.handle_reserve(&storage, 4, b, "second", 2, None);
         assert_eq!(
             over,
             ReserveOutcome::BuyerLimitReached { remaining: 1 },

@@ -54,7 +54,7 @@ fn apply(g: &mut Gate, now: &mut u64, op: &Op) -> Result<(), TestCaseError> {
         Op::Reserve { buyer, key, qty } => {
             let b = format!("b{buyer}");
             let k = format!("k{key}");
-            let out = g.reserve(&NoArchive, *now, &b, &k, qty, None);
+            let out = g.handle_reserve(&NoArchive, *now, &b, &k, qty, None);
             let settled = g.stats(*now);
             match out {
                 ReserveOutcome::Reserved {
@@ -69,7 +69,7 @@ fn apply(g: &mut Gate, now: &mut u64, op: &Op) -> Result<(), TestCaseError> {
                     let v = g.reservation(&NoArchive, *now, reservation_id, &b).unwrap();
                     prop_assert_eq!(v.state, HoldState::Held);
                     // Replaying it is answered from the record and takes nothing.
-                    let again = g.reserve(&NoArchive, *now, &b, &k, qty, None);
+                    let again = g.handle_reserve(&NoArchive, *now, &b, &k, qty, None);
                     prop_assert_eq!(
                         again,
                         ReserveOutcome::Replayed {
@@ -102,7 +102,7 @@ fn apply(g: &mut Gate, now: &mut u64, op: &Op) -> Result<(), TestCaseError> {
         }
         Op::Confirm { id, buyer } => {
             let b = format!("b{buyer}");
-            let out = g.confirm(&NoArchive, *now, id, &b, "pay");
+            let out = g.handle_confirm(&NoArchive, *now, id, &b, "pay");
             let after = g.stats(*now);
             let was_held = before.held != after.held;
             if let ConfirmOutcome::Confirmed(c) = &out {
@@ -115,7 +115,10 @@ fn apply(g: &mut Gate, now: &mut u64, op: &Op) -> Result<(), TestCaseError> {
                     prop_assert_eq!(after.sold, before.sold);
                 }
                 // Confirming again returns the same data and changes nothing.
-                prop_assert_eq!(g.confirm(&NoArchive, *now, id, &b, "other"), out.clone());
+                prop_assert_eq!(
+                    g.handle_confirm(&NoArchive, *now, id, &b, "other"),
+                    out.clone()
+                );
                 prop_assert_eq!(g.stats(*now).sold, after.sold);
             } else {
                 prop_assert_eq!(after.sold, before.sold);
@@ -126,7 +129,7 @@ fn apply(g: &mut Gate, now: &mut u64, op: &Op) -> Result<(), TestCaseError> {
             let held_before = g
                 .reservation(&NoArchive, *now, id, &b)
                 .filter(|v| v.state == HoldState::Held);
-            let out = g.cancel(&NoArchive, *now, id, &b);
+            let out = g.handle_cancel(&NoArchive, *now, id, &b);
             let after = g.stats(*now);
             if let (CancelOutcome::Cancelled { quantity }, Some(v)) = (out, held_before) {
                 prop_assert_eq!(quantity, v.quantity);
@@ -189,7 +192,7 @@ proptest! {
         prop_assert_eq!(s.available, s.stock_total - s.sold);
     }
 
-    /// Rows written from `take_changes` restore an identical gate, which then
+    /// Rows written from `poll_changes` restore an identical gate, which then
     /// answers exactly as the original would.
     #[test]
     fn restore_is_identical((cfg, stock) in config(), ops in prop::collection::vec(op(), 1..100), tail in prop::collection::vec(op(), 1..30)) {
@@ -198,7 +201,7 @@ proptest! {
         let mut now = 0;
         for op in &ops {
             apply(&mut g, &mut now, op)?;
-            for c in g.take_changes() {
+            for c in g.poll_changes() {
                 match c {
                     Change::Put(row) => { storage.insert(row.key(), row); }
                     Change::Delete(k) => { storage.remove(&k.into()); }
@@ -223,10 +226,10 @@ proptest! {
         let mut g = Gate::new(0, Config { per_buyer_max: 1, quantity_max: 1, ..Config::default() }, n as u64).unwrap();
         for i in 0..n {
             let b = format!("b{i}");
-            let ReserveOutcome::Reserved { reservation_id, .. } = g.reserve(&NoArchive, 0, &b, "k", 1, None) else {
+            let ReserveOutcome::Reserved { reservation_id, .. } = g.handle_reserve(&NoArchive, 0, &b, "k", 1, None) else {
                 return Err(TestCaseError::fail("reserve refused"));
             };
-            let confirmed = matches!(g.confirm(&NoArchive, 1, reservation_id, &b, "p"), ConfirmOutcome::Confirmed(_));
+            let confirmed = matches!(g.handle_confirm(&NoArchive, 1, reservation_id, &b, "p"), ConfirmOutcome::Confirmed(_));
             prop_assert!(confirmed);
         }
         let mut now = 2;
@@ -247,13 +250,13 @@ proptest! {
                     if !out.is_empty() {
                         let k = batch.min(out.len());
                         let up_to = acked.len() as u64 + k as u64;
-                        prop_assert_eq!(g.ack_outbox(up_to), AckOutcome::Acked { entries: k as u64 });
+                        prop_assert_eq!(g.handle_ack(up_to), AckOutcome::Acked { entries: k as u64 });
                         acked.extend(out.drain(..k));
                         out.clear();
                     }
                 }
                 2 => {
-                    if g.nack_outbox(now, seed) {
+                    if g.handle_nack(now, seed) {
                         out.clear();
                     }
                 }

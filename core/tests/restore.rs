@@ -14,18 +14,18 @@ fn stored() -> Vec<Row> {
     let mut g = Gate::new(0, Config::default(), 10).unwrap();
     let mut paid = |buyer: &str, now: u64| {
         let ReserveOutcome::Reserved { reservation_id, .. } =
-            g.reserve(&NoArchive, now, buyer, "k", 2, None)
+            g.handle_reserve(&NoArchive, now, buyer, "k", 2, None)
         else {
             panic!("reserved")
         };
-        let confirmed = g.confirm(&NoArchive, now + 1, reservation_id, buyer, "pay-1");
+        let confirmed = g.handle_confirm(&NoArchive, now + 1, reservation_id, buyer, "pay-1");
         assert!(matches!(confirmed, ConfirmOutcome::Confirmed(_)));
         reservation_id
     };
     paid("alice", 10);
     let voided = paid("bob", 20);
     g.void(&NoArchive, 30, voided).unwrap();
-    let held = g.reserve(&NoArchive, 40, "holder", "h", 1, None);
+    let held = g.handle_reserve(&NoArchive, 40, "holder", "h", 1, None);
     assert!(matches!(held, ReserveOutcome::Reserved { .. }));
     g.rows()
 }

@@ -51,7 +51,7 @@ struct Harness {
 
 impl Harness {
     fn flush(&mut self) {
-        for change in self.gate.take_changes() {
+        for change in self.gate.poll_changes() {
             match change {
                 Change::Put(row) => {
                     self.storage.insert(row.key(), row);
@@ -70,10 +70,13 @@ impl Harness {
         match w[0] {
             "reserve" => format!(
                 "{:?}",
-                g.reserve(&NoArchive, now, w[1], w[2], num(3) as u32, None)
+                g.handle_reserve(&NoArchive, now, w[1], w[2], num(3) as u32, None)
             ),
-            "confirm" => format!("{:?}", g.confirm(&NoArchive, now, num(1), w[2], w[3])),
-            "cancel" => format!("{:?}", g.cancel(&NoArchive, now, num(1), w[2])),
+            "confirm" => format!(
+                "{:?}",
+                g.handle_confirm(&NoArchive, now, num(1), w[2], w[3])
+            ),
+            "cancel" => format!("{:?}", g.handle_cancel(&NoArchive, now, num(1), w[2])),
             "timeout" => format!("expired {}", g.handle_timeout(now)),
             "next" => format!("{:?}", g.poll_timeout()),
             "add" => format!("{:?}", g.restock(&NoArchive, now, num(1))),
@@ -105,8 +108,8 @@ impl Harness {
                 format!("{events:?}")
             }
             "void" => format!("{:?}", g.void(&NoArchive, now, num(1))),
-            "ack" => format!("{:?}", g.ack_outbox(num(1))),
-            "nack" => format!("{:?}", g.nack_outbox(now, num(1))),
+            "ack" => format!("{:?}", g.handle_ack(num(1))),
+            "nack" => format!("{:?}", g.handle_nack(now, num(1))),
             "stats" => {
                 let s = g.stats(now);
                 format!(

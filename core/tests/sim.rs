@@ -14,7 +14,7 @@
 //! - every outcome counter and the expired-hold counter agree with the
 //!   model's own tally (both restart from zero at a restore, since counters
 //!   are telemetry and are not persisted);
-//! - storage, fed only by `take_changes`, equals `Gate::rows` exactly.
+//! - storage, fed only by `poll_changes`, equals `Gate::rows` exactly.
 //!
 //! `cargo test` runs 200 seeds of 10,000 operations. Environment (read by
 //! `flashgate_testkit::Plan`):
@@ -566,7 +566,7 @@ impl Sim {
     }
 
     fn write_changes(&mut self) {
-        for change in self.gate.take_changes() {
+        for change in self.gate.poll_changes() {
             match change {
                 Change::Put(row) => {
                     self.storage.insert(row.key(), row);
@@ -659,9 +659,9 @@ impl Sim {
                 self.sent.push((buyer.clone(), key.clone(), qty));
                 let ticket = self.ticket();
                 let want = self.model.reserve(self.now, &buyer, &key, qty, ticket);
-                let got = self
-                    .gate
-                    .reserve(&self.storage, self.now, &buyer, &key, qty, ticket);
+                let got =
+                    self.gate
+                        .handle_reserve(&self.storage, self.now, &buyer, &key, qty, ticket);
                 desc = format!("reserve({buyer}, {key}, {qty}, {ticket:?}) -> {got:?}");
                 self.count("reserve", got.code());
                 assert_eq!(got, want, "{desc}");
@@ -679,7 +679,7 @@ impl Sim {
                 let want = self.model.confirm(self.now, id, &buyer, &pref);
                 let got = self
                     .gate
-                    .confirm(&self.storage, self.now, id, &buyer, &pref);
+                    .handle_confirm(&self.storage, self.now, id, &buyer, &pref);
                 desc = format!("confirm({id}, {buyer}, {pref}) -> {got:?}");
                 self.count("confirm", got.code());
                 assert_eq!(got, want, "{desc}");
@@ -687,7 +687,7 @@ impl Sim {
             52..=57 => {
                 let (id, buyer) = self.some_id();
                 let want = self.model.cancel(self.now, id, &buyer);
-                let got = self.gate.cancel(&self.storage, self.now, id, &buyer);
+                let got = self.gate.handle_cancel(&self.storage, self.now, id, &buyer);
                 desc = format!("cancel({id}, {buyer}) -> {got:?}");
                 self.count("cancel", got.code());
                 assert_eq!(got, want, "{desc}");
@@ -800,16 +800,16 @@ impl Sim {
                 } else {
                     AckOutcome::NotHandedOut
                 };
-                let got = self.gate.ack_outbox(up_to);
-                desc = format!("ack_outbox({up_to}) -> {got:?}");
+                let got = self.gate.handle_ack(up_to);
+                desc = format!("handle_ack({up_to}) -> {got:?}");
                 assert_eq!(got, want, "{desc}");
             }
             87..=89 => {
                 let seed = self.rng.next_u64();
                 let m = &mut self.model;
                 let want = m.lease.take().is_some();
-                let got = self.gate.nack_outbox(self.now, seed);
-                desc = format!("nack_outbox({seed}) -> {got}");
+                let got = self.gate.handle_nack(self.now, seed);
+                desc = format!("handle_nack({seed}) -> {got}");
                 assert_eq!(got, want, "{desc}");
                 if got {
                     m.attempts += 1;
@@ -853,7 +853,7 @@ impl Sim {
                 if self.tickets.len() > 200 {
                     self.tickets.drain(..100);
                 }
-                self.gate.record_arrivals(self.now, &arrivals);
+                self.gate.handle_arrivals(self.now, &arrivals);
                 let m = &mut self.model;
                 m.settle(self.now);
                 m.sync(self.now);
@@ -861,7 +861,7 @@ impl Sim {
                 if !counted.is_empty() {
                     m.adm.record(self.now, rules, &counted);
                 }
-                desc = format!("record_arrivals({arrivals:?})");
+                desc = format!("handle_arrivals({arrivals:?})");
             }
             _ => {
                 // A persistence round trip: rebuild from storage alone.
@@ -902,7 +902,7 @@ impl Sim {
     /// A refused reserve changes nothing. It may still carry the changes of
     /// the timeouts it settled first: expired holds and purged tombstones.
     fn assert_only_settled(&mut self, desc: &str) {
-        for change in self.gate.take_changes() {
+        for change in self.gate.poll_changes() {
             match &change {
                 Change::Delete(ItemKey::Reservation(_)) => {}
                 Change::Put(Row::Reservation(r)) if r.state == HoldState::Expired => {}
@@ -1130,7 +1130,7 @@ impl Sim {
             ),
             "waiting room (reported, admitted, advancing)"
         );
-        // Storage, fed only by take_changes, is exactly the gate's rows; an
+        // Storage, fed only by poll_changes, is exactly the gate's rows; an
         // archived gate holds them all but the paid records, which it has
         // handed to storage and keeps none of.
         self.write_changes();

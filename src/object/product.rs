@@ -245,7 +245,7 @@ impl ProductObject {
         let Some(p) = self.product.as_mut() else {
             return Ok(());
         };
-        let changes = p.gate.take_changes();
+        let changes = p.gate.poll_changes();
         if changes.is_empty() && !created {
             return Ok(());
         }
@@ -437,7 +437,7 @@ impl ProductObject {
             return Ok(DeliveryOutcome::Stale);
         };
         let settled = match result {
-            Ok(answer) => match p.gate.ack_outbox(lease.up_to_seq) {
+            Ok(answer) => match p.gate.handle_ack(lease.up_to_seq) {
                 AckOutcome::Acked { entries } => DeliveryOutcome::Acked {
                     entries,
                     refused: answer.refused() as u64,
@@ -445,7 +445,7 @@ impl ProductObject {
                 refused => DeliveryOutcome::AckRefused(refused),
             },
             Err(error) => {
-                let nacked = p.gate.nack_outbox(now_ms, jitter_seed);
+                let nacked = p.gate.handle_nack(now_ms, jitter_seed);
                 DeliveryOutcome::Failed { error, nacked }
             }
         };

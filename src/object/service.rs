@@ -75,7 +75,7 @@ pub fn execute(
             ..
         } => reserve_reply(
             ids,
-            g.reserve(archive, now_ms, buyer, idem_key, *quantity, *ticket),
+            g.handle_reserve(archive, now_ms, buyer, idem_key, *quantity, *ticket),
         ),
         Command::GetReservation {
             buyer,
@@ -92,7 +92,7 @@ pub fn execute(
             ..
         } => confirm_reply(
             ids,
-            g.confirm(archive, now_ms, *reservation_id, buyer, payment_ref),
+            g.handle_confirm(archive, now_ms, *reservation_id, buyer, payment_ref),
         ),
         Command::Cancel {
             buyer,
@@ -101,7 +101,7 @@ pub fn execute(
         } => cancel_reply(
             ids,
             *reservation_id,
-            g.cancel(archive, now_ms, *reservation_id, buyer),
+            g.handle_cancel(archive, now_ms, *reservation_id, buyer),
         ),
         Command::Configure { patch, .. } => match g.configure(archive, now_ms, patch) {
             Ok(()) => Reply::ok(200, views::product(g, id, now_ms)),
@@ -116,7 +116,7 @@ pub fn execute(
             views::stats_value(id, &g.stats(now_ms), g.config().admit_per_s, delivery),
         ),
         Command::Sync { arrivals, .. } => {
-            g.record_arrivals(now_ms, arrivals);
+            g.handle_arrivals(now_ms, arrivals);
             Reply::ok(200, views::snapshot(g, id, now_ms))
         }
         Command::Void { reservation_id, .. } => match g.void(archive, now_ms, *reservation_id) {
