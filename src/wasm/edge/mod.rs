@@ -614,6 +614,7 @@ fn product_response(body: &[u8]) -> worker::Result<web_sys::Response> {
         &[
             ("content-type", "application/json"),
             ("cache-control", "public, max-age=1"),
+            ("x-content-type-options", "nosniff"),
         ],
     )
 }
