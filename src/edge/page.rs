@@ -2,19 +2,25 @@
 //! product's page (`web/product.html`) and the admin console
 //! (`web/admin.html`). Each is one file with its own script and no build
 //! step; `web/shared.js` (the zh/en texts and a few helpers) is inlined
-//! into each where it says `/*SHARED*/`. The gate fills in the language it
-//! chose from `Accept-Language`, the product id, and where payments go
-//! (`DEMO_PAYMENT_URL`; locally the origin's demo payment endpoint,
-//! deployed the shop's).
+//! into each where it says `/*SHARED*/` (by build.rs, which also hashes
+//! every inline script and style for the policy below). The gate fills in
+//! the language it chose from `Accept-Language`, the product id, and where
+//! payments go (`DEMO_PAYMENT_URL`; locally the origin's demo payment
+//! endpoint, deployed the shop's), all outside the scripts (in `<html
+//! lang>` and `<meta>`), so a script's hash never depends on the request.
 
 use crate::edge::routes::Page;
 
-const LIST: &str = include_str!("../../web/index.html");
-const PRODUCT: &str = include_str!("../../web/product.html");
-const ADMIN: &str = include_str!("../../web/admin.html");
-const SHARED: &str = include_str!("../../web/shared.js");
+/// The CSP sources of a page's inline scripts and styles.
+struct Hashes {
+    scripts: &'static [&'static str],
+    styles: &'static [&'static str],
+}
 
-const SHARED_SLOT: &str = "/*SHARED*/";
+// `LIST`, `PRODUCT`, `ADMIN` (the pages with the shared script inlined) and
+// their `*_HASHES`, from build.rs.
+include!(concat!(env!("OUT_DIR"), "/pages.rs"));
+
 const LANG: &str = "__LANG__";
 const PAYMENT_URL: &str = "__FLASHGATE_PAYMENT_URL__";
 const PRODUCT_ID: &str = "__PRODUCT_ID__";
@@ -87,10 +93,63 @@ pub fn html(page: &Page, lang: Lang, payment_url: &str) -> String {
         Page::Admin => (ADMIN, ""),
     };
     template
-        .replace(SHARED_SLOT, SHARED)
         .replace(LANG, lang.tag())
         .replace(PAYMENT_URL, &escape(payment_url))
         .replace(PRODUCT_ID, &escape(product_id))
+}
+
+/// The longest payment origin the policy names; a longer one is left out
+/// (and the Pay button's call refused by the browser) rather than sent.
+const PAYMENT_ORIGIN_BYTES_MAX: usize = 256;
+
+/// The origin (`scheme://host[:port]`) of `payment_url`, if it is an http(s)
+/// URL whose origin is safe to write into a policy: only the characters a
+/// host and port are made of, so a value cannot end the directive or add one.
+fn payment_origin(payment_url: &str) -> Option<&str> {
+    let rest = payment_url
+        .strip_prefix("https://")
+        .or_else(|| payment_url.strip_prefix("http://"))?;
+    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let origin = &payment_url[..payment_url.len() - rest.len() + host.len()];
+    let safe = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']');
+    (!host.is_empty() && host.chars().all(safe) && origin.len() <= PAYMENT_ORIGIN_BYTES_MAX)
+        .then_some(origin)
+}
+
+/// The `Content-Security-Policy` of `page`: nothing but its own inline
+/// scripts and styles (by hash), requests to the gate and to the payment
+/// origin, and no framing, `<base>` or form posts elsewhere. An injected
+/// script, style attribute or event handler does not run.
+pub fn policy(page: &Page, payment_url: &str) -> String {
+    let hashes = match page {
+        Page::List => &LIST_HASHES,
+        Page::Product(_) => &PRODUCT_HASHES,
+        Page::Admin => &ADMIN_HASHES,
+    };
+    let mut connect = String::from("'self'");
+    // Only the product page pays.
+    if let (Page::Product(_), Some(origin)) = (page, payment_origin(payment_url)) {
+        connect.push(' ');
+        connect.push_str(origin);
+    }
+    format!(
+        "default-src 'none'; script-src {}; style-src {}; connect-src {connect}; \
+         img-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+        hashes.scripts.join(" "),
+        hashes.styles.join(" "),
+    )
+}
+
+/// The header fields every page is answered with, besides its type.
+pub fn security_fields(page: &Page, payment_url: &str) -> [(&'static str, String); 4] {
+    [
+        ("content-security-policy", policy(page, payment_url)),
+        // For browsers that predate `frame-ancestors`.
+        ("x-frame-options", "DENY".into()),
+        ("x-content-type-options", "nosniff".into()),
+        // The product id and the path go to no one else.
+        ("referrer-policy", "no-referrer".into()),
+    ]
 }
 
 #[cfg(test)]
@@ -118,6 +177,150 @@ mod tests {
         assert!(hostile.contains("&quot;&gt;&lt;script&gt;"));
     }
 
+    const SHARED: &str = include_str!("../../web/shared.js");
+    const SHARED_SLOT: &str = "/*SHARED*/";
+
+    /// Every inline `<script …>…</script>` and `<style …>…</style>` in
+    /// `html`, attributes or not, found independently of build.rs.
+    fn inline_blocks<'a>(html: &'a str, tag: &str) -> Vec<&'a str> {
+        let (open, close) = (format!("<{tag}"), format!("</{tag}>"));
+        let mut blocks = Vec::new();
+        let mut rest = html;
+        while let Some(at) = rest.find(&open) {
+            let after = &rest[at + open.len()..];
+            let start = after.find('>').expect("the tag ends") + 1;
+            let end = after.find(&close).expect("the block ends");
+            blocks.push(&after[start..end]);
+            rest = &after[end + close.len()..];
+        }
+        blocks
+    }
+
+    fn sha256_source(text: &str) -> String {
+        use base64::Engine as _;
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(text.as_bytes());
+        format!(
+            "'sha256-{}'",
+            base64::engine::general_purpose::STANDARD.encode(digest)
+        )
+    }
+
+    fn directive<'a>(policy: &'a str, name: &str) -> Vec<&'a str> {
+        policy
+            .split(';')
+            .map(str::trim)
+            .find_map(|d| d.strip_prefix(name).filter(|v| v.starts_with(' ')))
+            .unwrap_or_else(|| panic!("{name} missing from {policy}"))
+            .split_whitespace()
+            .collect()
+    }
+
+    #[test]
+    fn every_inline_script_and_style_of_every_page_is_allowed_by_its_policy() {
+        for page in [Page::List, Page::Product("demo".into()), Page::Admin] {
+            for lang in [Lang::En, Lang::Zh] {
+                let url = "http://127.0.0.1:8788";
+                let html = html(&page, lang, url);
+                let policy = policy(&page, url);
+                let scripts = directive(&policy, "script-src");
+                let styles = directive(&policy, "style-src");
+                let found_scripts = inline_blocks(&html, "script");
+                let found_styles = inline_blocks(&html, "style");
+                assert!(
+                    !found_scripts.is_empty() && !found_styles.is_empty(),
+                    "{page:?}"
+                );
+                for block in &found_scripts {
+                    let source = sha256_source(block);
+                    assert!(
+                        scripts.contains(&source.as_str()),
+                        "{page:?} {lang:?}: a script hashed {source} is not in {policy}"
+                    );
+                }
+                for block in &found_styles {
+                    let source = sha256_source(block);
+                    assert!(
+                        styles.contains(&source.as_str()),
+                        "{page:?} {lang:?}: a style hashed {source} is not in {policy}"
+                    );
+                }
+                // Nothing else: exactly one source per block, no keyword
+                // that would let an injected script or style in.
+                assert_eq!(scripts.len(), found_scripts.len(), "{policy}");
+                assert_eq!(styles.len(), found_styles.len(), "{policy}");
+                // Inline handlers and style attributes would need
+                // 'unsafe-hashes'; the pages have none.
+                for attribute in [
+                    " style=\"",
+                    " onclick=",
+                    " onload=",
+                    " onerror=",
+                    " onsubmit=",
+                    " oninput=",
+                    " onchange=",
+                ] {
+                    assert!(!html.contains(attribute), "{page:?} has {attribute}");
+                }
+                for required in [
+                    "default-src 'none'",
+                    "frame-ancestors 'none'",
+                    "base-uri 'none'",
+                    "form-action 'self'",
+                ] {
+                    assert!(
+                        policy.contains(required),
+                        "{required} missing from {policy}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_payment_origin_is_allowed_only_on_the_product_page_and_only_when_safe() {
+        let product = Page::Product("demo".into());
+        let connect =
+            |page: &Page, url: &str| directive(&policy(page, url), "connect-src").join(" ");
+        assert_eq!(
+            connect(&product, "http://127.0.0.1:8788"),
+            "'self' http://127.0.0.1:8788"
+        );
+        assert_eq!(
+            connect(&product, "https://pay.example/v1/x?y"),
+            "'self' https://pay.example"
+        );
+        assert_eq!(
+            connect(&product, "https://[::1]:9/"),
+            "'self' https://[::1]:9"
+        );
+        assert_eq!(connect(&Page::List, "http://127.0.0.1:8788"), "'self'");
+        assert_eq!(connect(&Page::Admin, "http://127.0.0.1:8788"), "'self'");
+        for hostile in [
+            "",
+            "javascript:alert(1)",
+            "http://",
+            "http://a; script-src 'unsafe-inline'",
+            "http://a b",
+            "http://a'",
+            "http://a,b",
+            "ftp://a",
+            &format!("https://{}", "a".repeat(300)),
+        ] {
+            assert_eq!(connect(&product, hostile), "'self'", "{hostile:?}");
+        }
+        let fields = security_fields(&product, "http://a; x");
+        for (name, value) in &fields {
+            assert!(!value.contains(['\n', '\r']), "{name}");
+        }
+        assert!(fields
+            .iter()
+            .any(|(n, v)| *n == "x-content-type-options" && v == "nosniff"));
+        assert!(fields
+            .iter()
+            .any(|(n, v)| *n == "x-frame-options" && v == "DENY"));
+    }
+
     #[test]
     fn every_page_is_filled_in_and_all_fit_the_budget() {
         let mut total = SHARED.len();
@@ -135,12 +338,12 @@ mod tests {
             for slot in [PAYMENT_URL, PRODUCT_ID, LANG, SHARED_SLOT] {
                 assert!(!html.contains(slot), "{slot} left in {page:?}");
             }
-            total += template.len();
+            total += template.len() - SHARED.len();
         }
         // The issue's budget: every page and script together under 50 KB,
         // with no external resource.
         assert!(total < 50 * 1024, "the pages weigh {total} bytes");
-        for template in [LIST, PRODUCT, ADMIN, SHARED] {
+        for template in [LIST, PRODUCT, ADMIN] {
             for external in ["src=\"http", "href=\"http", "url(http", "@import", "<link"] {
                 assert!(!template.contains(external), "{external}");
             }

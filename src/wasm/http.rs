@@ -11,6 +11,8 @@ fn fields(reply: &Reply) -> Vec<(&'static str, &str)> {
     let mut fields = vec![
         ("content-type", reply.content_type()),
         ("cache-control", "no-store"),
+        // A JSON answer is never to be read as a page or a script.
+        ("x-content-type-options", "nosniff"),
     ];
     fields.extend(reply.headers.iter().map(|(n, v)| (*n, v.as_str())));
     if reply.replayed {

@@ -33,9 +33,19 @@ const shot = (page, name) => page.screenshot({ path: join(SHOTS, `${name}.png`),
 const text = (page, sel) => page.textContent(sel);
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 
+// What Chromium reports of the pages' Content-Security-Policy: every
+// refusal it logs to the console, per page opened.
+const cspReports = new WeakMap();
+const violations = (page) => cspReports.get(page);
+
 async function open(path, { lang = "en-US", width = 800 } = {}) {
   const ctx = await browser.newContext({ locale: lang, extraHTTPHeaders: { "accept-language": lang }, viewport: { width, height: 800 } });
   const page = await ctx.newPage();
+  const reports = [];
+  cspReports.set(page, reports);
+  page.on("console", (m) => {
+    if (/Content Security Policy|Refused to/i.test(m.text())) reports.push(`${path}: ${m.text()}`);
+  });
   await page.goto(`${shop.url}${path}`);
   return { ctx, page };
 }
@@ -92,7 +102,72 @@ shop.test("1. buy and pay: reserved with a countdown, then confirmed; the stats 
   assert.equal(orders[0].buyer_id, buyer);
   assert.equal(orders[0].quantity, 2);
   assert.equal((await origin.product(product)).sold, 2);
+  // The buyer token is in no storage a script can read, and the cookie
+  // that carries it is HttpOnly: document.cookie does not show it.
+  const jar = await page.evaluate(() => ({
+    session: Object.entries(sessionStorage),
+    local: Object.entries(localStorage),
+    cookie: document.cookie,
+  }));
+  const token = (await ctx.cookies()).find((c) => c.name === "fg_buyer");
+  assert.ok(token?.httpOnly, JSON.stringify(await ctx.cookies()));
+  for (const [k, v] of [...jar.session, ...jar.local]) {
+    assert.ok(!v.includes(token.value) && !/token/i.test(k), `${k}=${v}`);
+  }
+  assert.ok(!jar.cookie.includes("fg_buyer") && !jar.cookie.includes(token.value), jar.cookie);
+  // Bought and paid under the policy without one refusal.
+  assert.deepEqual(violations(page), []);
   await ctx.close();
+});
+
+shop.test("8. the policy: every page runs under it without a refusal, and an injected script does not run", async ({ api }) => {
+  const product = "page-csp";
+  assert.equal((await api.put(product, { stock_total: 5, per_buyer_max: 1, quantity_max: 1, hold_ttl_ms: 60_000 })).status, 201);
+  for (const lang of ["en-US", "zh-CN"]) {
+    for (const path of ["/", `/p/${product}`, "/admin"]) {
+      const r = await fetch(`${shop.url}${path}`, { headers: { "accept-language": lang } });
+      assert.equal(r.status, 200, path);
+      const csp = r.headers.get("content-security-policy") ?? "";
+      for (const part of ["default-src 'none'", "script-src 'sha256-", "style-src 'sha256-", "frame-ancestors 'none'", "base-uri 'none'", "form-action 'self'"]) {
+        assert.ok(csp.includes(part), `${path}: ${part} missing from ${csp}`);
+      }
+      assert.ok(!/unsafe-inline|unsafe-eval|\*/.test(csp), `${path}: ${csp}`);
+      assert.equal(r.headers.get("x-content-type-options"), "nosniff", path);
+      assert.equal(r.headers.get("x-frame-options"), "DENY", path);
+      assert.equal(r.headers.get("referrer-policy"), "no-referrer", path);
+      await r.body?.cancel();
+
+      const { ctx, page } = await open(path, { lang });
+      // The page's own script ran: it translated the page.
+      await page.waitForFunction(() => document.title.startsWith("flashgate"));
+      if (path.startsWith("/p/")) {
+        await page.waitForFunction(() => document.getElementById("available").textContent === "5");
+        await onSocket(page);
+      }
+      await sleep(300);
+      assert.deepEqual(violations(page), [], `${path} in ${lang}`);
+      // A script added to the page, as an injection would add one, is refused.
+      await page.evaluate(() => {
+        window.injected = false;
+        const s = document.createElement("script");
+        s.textContent = "window.injected = true";
+        document.body.append(s);
+        const img = document.createElement("img");
+        img.setAttribute("src", "data:,x");
+        img.setAttribute("onerror", "window.injected = true");
+        document.body.append(img);
+      });
+      await sleep(200);
+      assert.equal(await page.evaluate(() => window.injected), false, `${path} ran an injected script`);
+      const refused = violations(page);
+      assert.ok(refused.some((v) => /inline script|script-src/i.test(v)), `${path}: no refusal reported: ${JSON.stringify(refused)}`);
+      await ctx.close();
+    }
+  }
+  // The API's answers are not to be sniffed either.
+  const r = await fetch(`${shop.url}/api/products/${product}`);
+  assert.equal(r.headers.get("x-content-type-options"), "nosniff");
+  await r.body?.cancel();
 });
 
 shop.test("2. live: a second page sees available drop without a reload; reservation-to-update times", async ({ api }) => {

@@ -166,11 +166,14 @@ fn body_broken_off() -> Problem {
     Problem::malformed_json("the body could not be read whole: it ended early or was broken off")
 }
 
-fn html_response(body: String) -> worker::Result<Response> {
+fn html_response(body: String, fields: &[(&str, String)]) -> worker::Result<Response> {
     let headers = Headers::new();
     headers.set("content-type", "text/html; charset=utf-8")?;
     headers.set("cache-control", "no-cache")?;
     headers.set("vary", "accept-language")?;
+    for (name, value) in fields {
+        headers.set(name, value)?;
+    }
     Ok(Response::from_bytes(body.into_bytes())?.with_headers(headers))
 }
 
@@ -178,6 +181,7 @@ fn static_response(body: &'static str, content_type: &str) -> worker::Result<Res
     let headers = Headers::new();
     headers.set("content-type", content_type)?;
     headers.set("cache-control", "no-cache")?;
+    headers.set("x-content-type-options", "nosniff")?;
     Ok(Response::from_bytes(body.as_bytes().to_vec())?.with_headers(headers))
 }
 
@@ -225,8 +229,11 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
                 .map(|v| v.to_string())
                 .unwrap_or_default();
             let lang = Lang::from_accept_language(parts.get(Field::AcceptLanguage));
-            return html_response(crate::edge::page::html(&page, lang, &payment_url))
-                .map(Into::into);
+            return html_response(
+                crate::edge::page::html(&page, lang, &payment_url),
+                &crate::edge::page::security_fields(&page, &payment_url),
+            )
+            .map(Into::into);
         }
         Ok(Route::OpenApi) => {
             return static_response(crate::OPENAPI_JSON, "application/json").map(Into::into)
@@ -590,6 +597,7 @@ fn product_response(body: &[u8]) -> worker::Result<web_sys::Response> {
         &[
             ("content-type", "application/json"),
             ("cache-control", "public, max-age=1"),
+            ("x-content-type-options", "nosniff"),
         ],
     )
 }
