@@ -379,6 +379,9 @@ async fn live(
         Ok(b) => b,
         Err(p) => return refuse(p),
     };
+    if let Err(p) = listed(env, product_id).await {
+        return refuse(p);
+    }
     if let Some(Known::Unknown) = lookup(env, product_id).await {
         return refuse(Problem::unknown_product(product_id));
     }
@@ -607,12 +610,9 @@ fn product_response(body: &[u8]) -> worker::Result<web_sys::Response> {
 /// time: a request that finds one in flight waits for it on its own timer
 /// (a request may not await another request's I/O), and fetches itself if
 /// it does not land in time. `None` if the object could not be asked.
+/// Only for an id the catalog lists (`listed`, which each route checks
+/// once), so that no made-up id reaches an object.
 async fn lookup(env: &Env, product_id: &str) -> Option<Known> {
-    match listed(env, product_id).await {
-        Ok(()) => {}
-        Err(p) if p.code == ProblemCode::UnknownProduct => return Some(Known::Unknown),
-        Err(_) => return None,
-    }
     let mut next = EDGE.with_borrow(|c| c.lookup(product_id, now_ms()));
     loop {
         match next {
@@ -677,6 +677,9 @@ async fn queue(
     };
     if let Some(refused) = limit(env, settings, Limiter::Buyer, &buyer).await? {
         return Ok(refused);
+    }
+    if let Err(p) = listed(env, product_id).await {
+        return http::problem(p);
     }
     let snapshot = match lookup(env, product_id).await {
         Some(Known::Product { snapshot, .. }) => snapshot,
