@@ -71,8 +71,10 @@ impl Gate {
                 self.available, self.held, self.sold, self.stock_total
             ));
         }
-        let advancing = self.available > 0 && self.mode == crate::config::Mode::Active;
-        if self.admission.advancing != advancing {
+        // A shard's waiting room is home's copy, not its own to keep.
+        let own_room = !matches!(self.escrow, crate::sharded::Escrow::Shard(_));
+        let advancing = self.product_available() > 0 && self.mode == crate::config::Mode::Active;
+        if own_room && self.admission.advancing != advancing {
             return Err(format!(
                 "the waiting room advances ({}) while the gate can sell ({advancing})",
                 self.admission.advancing

@@ -342,6 +342,10 @@ pub struct ConfigPatch {
     pub stock_total: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<Mode>,
+    /// How many stock shards the product's stock lives in (`escrow.rs`):
+    /// set when the product is created, 1 by default, and fixed after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<u16>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_buyer_max: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -391,6 +395,7 @@ impl ConfigPatch {
         let ConfigPatch {
             stock_total: _,
             mode: _,
+            shards: _,
             per_buyer_max,
             quantity_max,
             hold_ttl_ms,

@@ -34,6 +34,7 @@ use crate::outcome::{
 };
 use crate::pacing::Pacing;
 use crate::rows::{ItemKey, ReservationRow};
+use crate::sharded::Escrow;
 use crate::stats::{Counters, Levels, Stats};
 use crate::store::{HoldState, Paid, Reservation, Store, Void};
 
@@ -43,6 +44,7 @@ pub(crate) struct Dirty {
     pub meta: bool,
     pub config: bool,
     pub admission: bool,
+    pub escrow: bool,
     pub keys: Vec<ItemKey>,
 }
 
@@ -89,6 +91,8 @@ pub struct Gate {
     /// at the first named report: after a reload, a buyer's next join is
     /// counted once more.
     pub(crate) joined: Option<Bloom>,
+    /// Which part of the product's stock this gate keeps (`sharded.rs`).
+    pub(crate) escrow: Escrow,
 }
 
 /// The fewest buyers the paid buyers' filter is sized for, so that a
@@ -257,7 +261,14 @@ impl Gate {
     /// patch must name the stock; it may also set the mode.
     pub fn create(now_ms: u64, patch: &ConfigPatch) -> Result<Gate, AdminRefusal> {
         let stock_total = patch.stock_total.ok_or(AdminRefusal::StockRequired)?;
+        let shards = patch.shards.unwrap_or(1);
+        if shards == 0 || shards > crate::escrow::limits::SHARDS_MAX {
+            return Err(AdminRefusal::InvalidShards);
+        }
         let mut gate = Gate::new(now_ms, patch.apply(&Config::default()), stock_total)?;
+        if shards > 1 {
+            gate.become_home(shards);
+        }
         // A new product is active and has no holds, so any mode is allowed.
         if let Some(mode) = patch.mode {
             gate.mode = mode;
@@ -297,6 +308,7 @@ impl Gate {
             paid_buyers: Bloom::with_capacity(paid_buyers_sized_for(stock_total)),
             paid_buyers_sized_for: paid_buyers_sized_for(stock_total),
             joined: None,
+            escrow: Escrow::Single,
         }
     }
 
@@ -306,7 +318,7 @@ impl Gate {
     /// through the edge). One pass over the paying buyers in storage: an
     /// admin's restock pays for it, never a buyer's request.
     fn grow_paid_buyers(&mut self, archive: &dyn Archive) {
-        let want = paid_buyers_sized_for(self.stock_total);
+        let want = paid_buyers_sized_for(self.product_total());
         if want < self.paid_buyers_sized_for.saturating_mul(2) {
             return;
         }
@@ -485,6 +497,14 @@ impl Gate {
     ) -> ReserveOutcome {
         self.settle(now_ms);
         let outcome = self.reserve_decide(archive, now_ms, buyer, idem_key, quantity, ticket);
+        if matches!(
+            outcome,
+            ReserveOutcome::Reserved { .. }
+                | ReserveOutcome::SoldOut
+                | ReserveOutcome::InsufficientStock { .. }
+        ) {
+            self.note_demand(now_ms, u64::from(quantity));
+        }
         self.counters.count_reserve(outcome.kind());
         outcome
     }
@@ -587,7 +607,9 @@ impl Gate {
                 retry_after_ms: self.record_frees_at(now_ms),
             };
         }
-        if self.available == 0 {
+        // At home, `U` is sellable too: it is drawn from in this turn.
+        let sellable = self.sellable();
+        if sellable == 0 {
             return ReserveOutcome::SoldOut;
         }
         let used = match slot {
@@ -599,13 +621,14 @@ impl Gate {
                 remaining: self.config.per_buyer_max.saturating_sub(used),
             };
         }
-        if u64::from(quantity) > self.available {
+        if u64::from(quantity) > sellable {
             return ReserveOutcome::InsufficientStock {
-                available: self.available,
+                available: sellable,
             };
         }
 
         // Every refusal is above this line. From here the reserve must succeed.
+        self.draw(u64::from(quantity));
         let id = self.next_id;
         self.next_id += 1;
         let expires_at_ms = now_ms.saturating_add(self.config.hold_ttl_ms);
@@ -785,6 +808,7 @@ impl Gate {
         self.tombstones += 1;
         self.assert_stock();
         self.dirty.keys.push(ItemKey::Reservation(id));
+        self.give_back_home();
     }
 
     /// `buyer`'s reservation `id` as it reads at `now_ms`, or `None` if it
@@ -860,6 +884,7 @@ impl Gate {
         self.sold -= u64::from(quantity);
         self.available += u64::from(quantity);
         self.assert_stock();
+        self.give_back_home();
         self.dirty.keys.push(ItemKey::Reservation(id));
         self.dirty.keys.push(ItemKey::Outbox(seq));
         self.sync_admission(now_ms);
@@ -873,8 +898,13 @@ impl Gate {
     /// Records the stock total in the outbox, so the origin's total follows
     /// the gate's, in order with the orders.
     fn emit_stock(&mut self, now_ms: u64) {
+        // Only home (or a single product) knows the product's total; a
+        // shard tells the origin nothing of stock.
+        if matches!(self.escrow, Escrow::Shard(_)) {
+            return;
+        }
         let seq = self.outbox.push(OutboxEvent::Stock {
-            stock_total: self.stock_total,
+            stock_total: self.product_total(),
             at_ms: now_ms,
         });
         self.dirty.keys.push(ItemKey::Outbox(seq));
@@ -914,7 +944,7 @@ impl Gate {
     /// Expires the due holds and purges the due tombstones, oldest first, as
     /// far as the event's budget goes. An operation on one record does not
     /// rely on this: it settles that record itself (`settle_one`).
-    fn settle(&mut self, now_ms: u64) -> u32 {
+    pub(crate) fn settle(&mut self, now_ms: u64) -> u32 {
         let mut expired = 0;
         while let Some(&(at, id)) = self.expiry.first() {
             if at > now_ms || !self.settling.take(now_ms) {
@@ -968,8 +998,12 @@ impl Gate {
     /// The waiting room advances only while there is stock to sell and the
     /// sale is not paused or closed: admitting buyers to nothing would only
     /// turn them away. A change is a checkpoint, and stored.
-    fn sync_admission(&mut self, now_ms: u64) {
-        let advancing = self.available > 0 && self.mode == Mode::Active;
+    pub(crate) fn sync_admission(&mut self, now_ms: u64) {
+        // A shard's waiting room is home's, as its last reply gave it.
+        if matches!(self.escrow, Escrow::Shard(_)) {
+            return;
+        }
+        let advancing = self.product_available() > 0 && self.mode == Mode::Active;
         if self.admission.advancing != advancing {
             let rules = self.admission_rules();
             self.admission.checkpoint(now_ms, rules, advancing);
@@ -1072,11 +1106,20 @@ impl Gate {
         units: u64,
     ) -> Result<(), AdminRefusal> {
         self.settle(now_ms);
-        match self.stock_total.checked_add(units) {
+        match self.product_total().checked_add(units) {
             Some(total) if total <= limits::STOCK_UNITS_MAX => {
                 if units > 0 {
-                    self.stock_total = total;
-                    self.available += units;
+                    match &mut self.escrow {
+                        // At home a restock adds to `U`.
+                        Escrow::Home(pool) => {
+                            pool.restock(units);
+                            self.dirty.escrow = true;
+                        }
+                        Escrow::Single | Escrow::Shard(_) => {
+                            self.stock_total = total;
+                            self.available += units;
+                        }
+                    }
                     self.assert_stock();
                     self.dirty.meta = true;
                     self.emit_stock(now_ms);
@@ -1189,7 +1232,15 @@ impl Gate {
                 return Err(AdminRefusal::BuyerAboveLimit { units: most });
             }
         }
-        let committed = self.held + self.sold;
+        if patch.shards.is_some_and(|k| k != self.shards()) {
+            return Err(AdminRefusal::ShardsFixed);
+        }
+        // At home, what the shards were granted is committed as far as home
+        // knows: only `U` can shrink.
+        let committed = match &self.escrow {
+            Escrow::Home(pool) => pool.stock_total - pool.unallocated(),
+            Escrow::Single | Escrow::Shard(_) => self.held + self.sold,
+        };
         match patch.stock_total {
             Some(t) if t > limits::STOCK_UNITS_MAX => return Err(AdminRefusal::StockTooLarge),
             Some(t) if t < committed => return Err(AdminRefusal::BelowCommitted { committed }),
@@ -1224,9 +1275,18 @@ impl Gate {
                 self.dirty.admission = true;
             }
         }
-        if let Some(t) = patch.stock_total.filter(|&t| t != self.stock_total) {
-            self.stock_total = t;
-            self.available = t - committed;
+        if let Some(t) = patch.stock_total.filter(|&t| t != self.product_total()) {
+            match &mut self.escrow {
+                Escrow::Home(pool) => {
+                    let fits = pool.set_total(t);
+                    assert!(fits, "a total below the escrowed units passed the check");
+                    self.dirty.escrow = true;
+                }
+                Escrow::Single | Escrow::Shard(_) => {
+                    self.stock_total = t;
+                    self.available = t - committed;
+                }
+            }
             self.assert_stock();
             self.dirty.meta = true;
             self.emit_stock(now_ms);
@@ -1245,23 +1305,26 @@ impl Gate {
     // ----- observation ------------------------------------------------------
 
     /// The sale's phase and unit levels at `now_ms`.
+    /// At home, the product's, summed over its shards as they last reported.
     pub fn levels(&self, now_ms: u64) -> Levels {
+        let l = self.product_levels();
         Levels {
             phase: self.phase(now_ms),
-            stock_total: self.stock_total,
-            available: self.available,
-            held: self.held,
-            sold: self.sold,
+            stock_total: self.product_total(),
+            available: l.available,
+            held: l.held,
+            sold: l.sold,
         }
     }
 
     pub fn stats(&self, now_ms: u64) -> Stats {
+        let l = self.product_levels();
         Stats {
             phase: self.phase(now_ms),
-            stock_total: self.stock_total,
-            available: self.available,
-            held: self.held,
-            sold: self.sold,
+            stock_total: self.product_total(),
+            available: l.available,
+            held: l.held,
+            sold: l.sold,
             live_holds: self.live_holds,
             tombstones: self.tombstones,
             buyers: self.buyers.with_units(),

@@ -23,6 +23,7 @@ mod audit;
 pub mod bloom;
 mod buyers;
 pub mod config;
+pub mod escrow;
 pub mod gate;
 mod mix;
 pub mod outbox;
@@ -30,6 +31,7 @@ pub mod outcome;
 mod pacing;
 mod persist;
 pub mod rows;
+mod sharded;
 pub mod stats;
 mod store;
 
@@ -45,5 +47,6 @@ pub use outcome::{
 };
 pub use persist::Restorer;
 pub use rows::{Change, ItemKey, MetaRow, ReservationRow, RestoreError, Row, RowKey};
+pub use sharded::Escrow;
 pub use stats::{Counters, Levels, Stats};
 pub use store::HoldState;

@@ -228,6 +228,10 @@ pub enum AdminRefusal {
     UnknownReservation,
     /// A void of a reservation that is not a confirmed order.
     NotConfirmed,
+    /// `shards` must be from 1 to `escrow::limits::SHARDS_MAX`.
+    InvalidShards,
+    /// A product's shards are set when it is created.
+    ShardsFixed,
 }
 
 outcome_kinds! {
@@ -242,6 +246,8 @@ outcome_kinds! {
         SaleClosed => "sale_closed",
         UnknownReservation => "unknown_reservation",
         NotConfirmed => "not_confirmed",
+        InvalidShards => "invalid_body",
+        ShardsFixed => "shards_fixed",
     }
 }
 

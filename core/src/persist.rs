@@ -6,6 +6,7 @@ use crate::gate::{field_ok, paid_of, Gate};
 use crate::outbox::{Outbox, OutboxEvent};
 use crate::outcome::ReservationId;
 use crate::rows::{Change, ItemKey, MetaRow, ReservationRow, RestoreError, Row, RowKey};
+use crate::sharded::Escrow;
 use crate::store::{HoldState, Reservation};
 
 impl Gate {
@@ -31,6 +32,9 @@ impl Gate {
         if std::mem::take(&mut self.dirty.admission) {
             out.push(Change::Put(Row::Admission(self.admission.clone())));
         }
+        if std::mem::take(&mut self.dirty.escrow) && self.escrow != Escrow::Single {
+            out.push(Change::Put(Row::Escrow(self.escrow.clone())));
+        }
         for key in keys {
             let row = match key {
                 ItemKey::Reservation(id) => self.store.get(id).map(|_| self.reservation_row(id)),
@@ -52,7 +56,11 @@ impl Gate {
 
     /// True when changes are waiting to be taken.
     pub fn has_changes(&self) -> bool {
-        self.dirty.meta || self.dirty.config || self.dirty.admission || !self.dirty.keys.is_empty()
+        self.dirty.meta
+            || self.dirty.config
+            || self.dirty.admission
+            || self.dirty.escrow
+            || !self.dirty.keys.is_empty()
     }
 
     fn reservation_row(&self, id: ReservationId) -> Row {
@@ -93,6 +101,9 @@ impl Gate {
             Row::Config(self.config.clone()),
             Row::Admission(self.admission.clone()),
         ];
+        if self.escrow != Escrow::Single {
+            rows.push(Row::Escrow(self.escrow.clone()));
+        }
         rows.extend(self.store.iter().map(|(id, _)| self.reservation_row(id)));
         rows.extend(self.outbox.iter().cloned().map(Row::Outbox));
         rows
@@ -122,7 +133,7 @@ impl Gate {
         let archive = restorer.archive;
         rows.sort_by(|a, b| {
             let key = |r: &Row| match r {
-                Row::Meta(_) | Row::Config(_) | Row::Admission(_) => (0, None, 0),
+                Row::Meta(_) | Row::Config(_) | Row::Admission(_) | Row::Escrow(_) => (0, None, 0),
                 Row::Reservation(r) if archive && r.state.paid() => {
                     (2, Some(r.buyer.clone()), r.id)
                 }
@@ -150,6 +161,7 @@ pub struct Restorer {
     meta: Option<MetaRow>,
     config: Option<crate::config::Config>,
     admission: Option<crate::admission::Admission>,
+    escrow: Option<Escrow>,
     gate: Option<Gate>,
     next_reservation_id: ReservationId,
     window: u64,
@@ -240,6 +252,15 @@ impl Restorer {
                     return Err(RestoreError::DuplicateKey(RowKey::Admission));
                 }
             }
+            Row::Escrow(e) => {
+                let twice = match &mut self.gate {
+                    Some(gate) => std::mem::replace(&mut gate.escrow, e) != Escrow::Single,
+                    None => self.escrow.replace(e).is_some(),
+                };
+                if twice {
+                    return Err(RestoreError::DuplicateKey(RowKey::Escrow));
+                }
+            }
             Row::Reservation(r) => {
                 if self.gate.is_none() && !self.ready() {
                     self.early.push(r);
@@ -285,6 +306,7 @@ impl Restorer {
             ),
         );
         gate.admission = admission;
+        gate.escrow = self.escrow.take().unwrap_or_default();
         gate.archived = self.archive;
         self.gate = Some(gate);
         let mut early = std::mem::take(&mut self.early);
@@ -441,6 +463,7 @@ impl Restorer {
             });
         }
         gate.available = gate.stock_total - committed;
+        check_escrow(&gate)?;
         outbox.sort_unstable_by_key(|e| e.seq);
         for entry in outbox {
             let expected = gate.outbox.next_seq();
@@ -517,6 +540,47 @@ fn resident_link(gate: &Gate, id: ReservationId) -> Option<Link> {
         confirmed_at_ms: p.confirmed_at_ms,
         voided_at_ms: p.void.map(|v| v.voided_at_ms),
     })
+}
+
+/// The gate's own stock is its escrow: for home, what its account says it
+/// holds of a pool that itself holds no more than the total; for a shard,
+/// its grants applied less its returns sent.
+fn check_escrow(gate: &Gate) -> Result<(), RestoreError> {
+    let bad = |why| Err(RestoreError::BadEscrow(why));
+    match &gate.escrow {
+        Escrow::Single => Ok(()),
+        Escrow::Home(pool) => {
+            let count = pool.shards.len();
+            if !(2..=usize::from(crate::escrow::limits::SHARDS_MAX)).contains(&count) {
+                return bad("a shard count out of range");
+            }
+            if pool.shards.iter().any(|s| s.returned > s.granted) {
+                return bad("a shard returned more than it was granted");
+            }
+            let escrowed: u64 = pool.shards.iter().map(|s| s.granted - s.returned).sum();
+            if escrowed > pool.stock_total || pool.stock_total > limits::STOCK_UNITS_MAX {
+                return bad("more escrowed than the stock total");
+            }
+            if pool.shards[0].granted - pool.shards[0].returned != gate.stock_total {
+                return bad("home's stock is not its escrow");
+            }
+            Ok(())
+        }
+        Escrow::Shard(ledger) => {
+            if ledger.index == 0
+                || ledger.index >= ledger.count
+                || ledger.count > crate::escrow::limits::SHARDS_MAX
+            {
+                return bad("a shard index out of range");
+            }
+            if ledger.returns_sent > ledger.grants_applied
+                || ledger.grants_applied - ledger.returns_sent != gate.stock_total
+            {
+                return bad("a shard's stock is not its escrow");
+            }
+            Ok(())
+        }
+    }
 }
 
 fn check_admission(a: &crate::admission::Admission) -> Result<(), RestoreError> {

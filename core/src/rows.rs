@@ -10,6 +10,7 @@
 //! | `Meta`         | the single meta row  | `meta` (one row, id = 1)  |
 //! | `Config`       | the single config row| `config` (one row, id = 1)|
 //! | `Admission`    | the waiting room row | `admission` (one row)     |
+//! | `Escrow`       | the escrow row       | `escrow` (one row; absent for a product of one shard) |
 //! | `Reservation`  | reservation id       | `reservations`            |
 //! | `Outbox`       | outbox sequence      | `outbox`                  |
 //!
@@ -28,6 +29,7 @@ pub enum RowKey {
     Meta,
     Config,
     Admission,
+    Escrow,
     Reservation(ReservationId),
     Outbox(u64),
 }
@@ -83,6 +85,8 @@ pub enum Row {
     Meta(MetaRow),
     Config(Config),
     Admission(Admission),
+    /// Home's pool or a shard's ledger (`escrow.rs`).
+    Escrow(crate::sharded::Escrow),
     Reservation(ReservationRow),
     Outbox(OutboxEntry),
 }
@@ -93,6 +97,7 @@ impl Row {
             Row::Meta(_) => RowKey::Meta,
             Row::Config(_) => RowKey::Config,
             Row::Admission(_) => RowKey::Admission,
+            Row::Escrow(_) => RowKey::Escrow,
             Row::Reservation(r) => RowKey::Reservation(r.id),
             Row::Outbox(e) => RowKey::Outbox(e.seq),
         }
@@ -131,6 +136,8 @@ pub enum RestoreError {
     },
     /// A reservation row that contradicts itself or the meta row.
     BadReservation(ReservationId, &'static str),
+    /// The escrow row contradicts the stock the gate keeps.
+    BadEscrow(&'static str),
     /// Outbox sequences must run densely from the acked cursor.
     OutboxGap {
         expected: u64,

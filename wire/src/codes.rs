@@ -86,6 +86,7 @@ problem_codes! {
     StockTooLarge => "stock_too_large", 422, "Stock too large";
     BuyerAboveLimit => "buyer_above_limit", 409, "per_buyer_max below a buyer's units";
     SaleClosed => "sale_closed", 409, "Sale closed for good";
+    ShardsFixed => "shards_fixed", 409, "A product's shards are set when it is created";
     // The gate failed; retrying is safe.
     UpgradeRequired => "upgrade_required", 426, "WebSocket upgrade required";
     LiveFull => "live_full", 503, "Too many live viewers";
