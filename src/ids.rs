@@ -32,6 +32,12 @@ const ROUNDS: u8 = 4;
 pub struct IdCodec {
     /// HMAC-SHA256 keyed for this product, cloned per round.
     mac: Hmac<Sha256>,
+    /// The stock shard whose ids this codec writes, of `shards`: shard i
+    /// of K writes its local id n as `n × K + i`, so that the id itself
+    /// names the shard that keeps it (`split`). For a product of one shard
+    /// this is `n`, the encoding as it always was.
+    shard: u16,
+    shards: u16,
 }
 
 impl IdCodec {
@@ -42,6 +48,18 @@ impl IdCodec {
         derive.update(product_id.as_bytes());
         IdCodec {
             mac: hmac_sha256(&derive.finalize().into_bytes()),
+            shard: 0,
+            shards: 1,
+        }
+    }
+
+    /// The codec of stock shard `shard` of `shards`.
+    pub fn on_shard(self, shard: u16, shards: u16) -> IdCodec {
+        assert!(shard < shards, "shard {shard} of {shards}");
+        IdCodec {
+            shard,
+            shards,
+            ..self
         }
     }
 
@@ -75,6 +93,7 @@ impl IdCodec {
 
     /// The id a buyer sees.
     pub fn encode(&self, id: u64) -> String {
+        let id = id * u64::from(self.shards) + u64::from(self.shard);
         format!("{:016x}", self.permute(id))
     }
 
@@ -88,6 +107,40 @@ impl IdCodec {
         u64::from_str_radix(text, 16)
             .ok()
             .map(|n| self.unpermute(n))
+    }
+}
+
+/// The stock shard of a product of `shards` that keeps the reservation of
+/// internal id `id` (as `IdCodec::decode` gives it), and its id there.
+pub fn split(id: u64, shards: u16) -> (u16, u64) {
+    let k = u64::from(shards.max(1));
+    ((id % k) as u16, id / k)
+}
+
+/// The key buyers' stock shards are drawn with (`crate::edge::shards`):
+/// keyed, so that no buyer can choose its shard.
+#[derive(Clone)]
+pub struct ShardKey(hmac::Hmac<sha2::Sha256>);
+
+impl ShardKey {
+    pub fn new(id_secret: &[u8]) -> ShardKey {
+        let mut derive = hmac_sha256(id_secret);
+        derive.update(b"flashgate buyer shards\n");
+        ShardKey(hmac_sha256(&derive.finalize().into_bytes()))
+    }
+
+    /// The shard of `buyer` for `product_id`, of `shards`.
+    pub fn shard_of(&self, product_id: &str, buyer: &str, shards: u16) -> u16 {
+        if shards <= 1 {
+            return 0;
+        }
+        let mut mac = self.0.clone();
+        mac.update(product_id.as_bytes());
+        mac.update(b"\n");
+        mac.update(buyer.as_bytes());
+        let out = mac.finalize().into_bytes();
+        let h = u64::from_be_bytes(out[..8].try_into().expect("8 bytes"));
+        (h % u64::from(shards)) as u16
     }
 }
 
@@ -137,6 +190,26 @@ mod tests {
     use super::*;
 
     const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn a_shards_ids_name_their_shard_and_one_shard_changes_nothing() {
+        let c = IdCodec::new(SECRET, "p1");
+        for id in [1u64, 2, 77, 1 << 40] {
+            assert_eq!(c.clone().on_shard(0, 1).encode(id), c.encode(id));
+        }
+        for k in [2u16, 8, 64] {
+            let mut seen = std::collections::HashSet::new();
+            for i in 0..k {
+                let shard = c.clone().on_shard(i, k);
+                for local in 1..50u64 {
+                    let e = shard.encode(local);
+                    assert!(seen.insert(e.clone()), "{e} twice (K={k})");
+                    let internal = c.decode(&e).expect("valid");
+                    assert_eq!(split(internal, k), (i, local), "K={k} i={i} n={local}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn ids_round_trip_and_look_random() {

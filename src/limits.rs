@@ -55,6 +55,12 @@ pub const LISTED_MAX: usize = 50;
 /// wait for the next batch.
 pub const COMMANDS_PER_BATCH_MAX: usize = 256;
 
+/// The longest a stock shard waits for its home object's answer to a
+/// report (`flashgate_core::escrow`). Objects of one Worker answer in
+/// milliseconds; one that does not is treated as a failed call, and the
+/// shard's next tick calls again with the same cumulative counters.
+pub const HOME_CALL_TIMEOUT_MS: u64 = 2_000;
+
 // object/delivery.rs
 
 /// How long one delivery to the origin may take before it counts as failed.

@@ -56,6 +56,8 @@ pub mod limits {
     /// How long a shard's ask that home could not meet counts as a buyer
     /// still asking there, for whom home reclaims other shards' units.
     pub const STARVING_MS: u64 = 2_000;
+    /// How long a shard trusts home's word that `U` is empty.
+    pub const HOME_EMPTY_MS: u64 = 1_000;
     /// The window over which a shard measures its demand.
     pub const DEMAND_WINDOW_MS: u64 = 1_000;
 
@@ -93,6 +95,9 @@ pub struct ShardReply {
     pub granted: u64,
     /// Units home asks this shard to give back now.
     pub reclaim: u64,
+    /// `U` after this report: 0 tells the shard not to call home for every
+    /// buyer it cannot serve (home would have nothing to give).
+    pub unallocated: u64,
     pub config: Config,
     pub mode: Mode,
     /// The waiting room as home keeps it: a shard admits a ticket only when
@@ -299,6 +304,11 @@ pub struct Ledger {
     /// Whether the shard has heard from home at all: before it has, it
     /// knows no rules and decides nothing.
     pub joined: bool,
+    /// When home last said `U` was empty: until `HOME_EMPTY_MS` later, a
+    /// buyer the shard cannot serve is refused without a call home (the
+    /// shard's ticks still ask, and home reclaims for it).
+    #[serde(default)]
+    pub home_empty_at_ms: Option<u64>,
     #[serde(default)]
     pub demand: Demand,
 }

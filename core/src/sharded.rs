@@ -177,11 +177,14 @@ impl Gate {
     /// Whether a buyer who asks for `needed` units here must wait for a
     /// call home first: a shard that has not heard from home, or one with
     /// too few units while home may have more.
-    pub fn must_call_home(&self, needed: u64) -> bool {
-        match &self.escrow {
-            Escrow::Shard(ledger) => !ledger.joined || self.available < needed,
-            Escrow::Single | Escrow::Home(_) => false,
-        }
+    pub fn must_call_home(&self, now_ms: u64, needed: u64) -> bool {
+        let Escrow::Shard(ledger) = &self.escrow else {
+            return false;
+        };
+        let home_empty = ledger
+            .home_empty_at_ms
+            .is_some_and(|at| now_ms < at + crate::escrow::limits::HOME_EMPTY_MS);
+        !ledger.joined || (self.available < needed && !home_empty)
     }
 
     /// The report to send home now, if there is one to send: `needed`
@@ -251,6 +254,7 @@ impl Gate {
             ledger.starving_until_ms = 0;
         }
         ledger.asked = 0;
+        ledger.home_empty_at_ms = (reply.unallocated == 0).then_some(now_ms);
         let reclaim = reply.reclaim.min(self.available + credit);
         ledger.send_return(reclaim);
         ledger.unreported = reclaim > 0;
@@ -315,6 +319,7 @@ impl Gate {
         let reply = ShardReply {
             granted,
             reclaim,
+            unallocated: pool.unallocated(),
             config: self.config.clone(),
             mode: self.mode,
             admission: self.admission.clone(),

@@ -194,14 +194,17 @@ impl Sim {
     fn reserve(&mut self, buyer: usize, quantity: u32) -> ReserveOutcome {
         let shard = self.buyers[buyer];
         let o = &mut self.objects[usize::from(shard)];
-        if o.gate.must_call_home(u64::from(quantity)) {
+        if o.gate.must_call_home(self.now_ms, u64::from(quantity)) {
             // The buyer waits for the call home; in this model it retries
             // later, as the edge's client does on "none available now".
             self.counts.sync_calls += 1;
             self.call_home(shard, u64::from(quantity));
-            if !self.objects[usize::from(shard)].gate.must_call_home(0) {
-                // Joined, only short: decide on what it has.
-            } else {
+            // The reply is still on its way: a shard that never heard from
+            // home cannot decide; one that did decides on what it has.
+            if self.objects[usize::from(shard)]
+                .gate
+                .must_call_home(self.now_ms, 0)
+            {
                 return ReserveOutcome::SoldOut;
             }
         }

@@ -410,6 +410,7 @@ mod tests {
             state: SaleState::Open,
             queue,
             buyers: (available == 0).then(|| BuyerFilter::build(buyers.iter().copied())),
+            shards: 1,
         }
     }
 

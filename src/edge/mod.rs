@@ -11,4 +11,5 @@ pub mod catalog;
 pub mod page;
 pub mod rate_limit;
 pub mod routes;
+pub mod shards;
 pub mod ticket;

@@ -58,7 +58,8 @@ pub fn snapshot(g: &Gate, product_id: &str, now_ms: u64) -> Value {
     });
     // The buyers' filter is only needed, and only built, when nothing is
     // left: it is what lets the edge answer sold_out for everyone else.
-    let buyers = (s.available == 0).then(|| BuyerFilter::from_bloom(g.buyers_filter()));
+    let buyers =
+        (s.available == 0 && g.shards() == 1).then(|| BuyerFilter::from_bloom(g.buyers_filter()));
     to_value(Snapshot {
         at_ms: now_ms,
         product: product(g, product_id, now_ms),
@@ -66,6 +67,7 @@ pub fn snapshot(g: &Gate, product_id: &str, now_ms: u64) -> Value {
         state: sale_state(s.phase),
         queue,
         buyers,
+        shards: g.shards(),
     })
 }
 
@@ -110,6 +112,7 @@ struct ProductView<'a> {
     per_buyer_max: u32,
     quantity_max: u32,
     hold_ttl_ms: u64,
+    shards: u16,
     /// The waiting room's rate; 0: none, reserve directly.
     admit_per_s: u32,
     prequeue_ms: u64,
@@ -134,6 +137,7 @@ pub fn product(g: &Gate, product_id: &str, now_ms: u64) -> Value {
         per_buyer_max: c.per_buyer_max,
         quantity_max: c.quantity_max,
         hold_ttl_ms: c.hold_ttl_ms,
+        shards: g.shards(),
         admit_per_s: c.admit_per_s,
         prequeue_ms: c.prequeue_ms,
         ticket_ttl_ms: c.ticket_ttl_ms,

@@ -21,7 +21,10 @@
 
 use std::cell::RefCell;
 
-use flashgate_core::{AckOutcome, Archive, Change, ReservationId, ReservationRow, Restorer, Row};
+use flashgate_core::escrow::{ShardReply, ShardReport};
+use flashgate_core::{
+    AckOutcome, Archive, Change, Gate, ReservationId, ReservationRow, Restorer, Row,
+};
 use flashgate_wire::{Batch, BatchResult};
 
 use crate::http::reply::Reply;
@@ -338,6 +341,111 @@ impl ProductObject {
         Ok(reply)
     }
 
+    /// Units the reserves of `cmds` need, if they are for a stock shard that
+    /// must call home before it can decide them: one it has not heard from
+    /// home yet (or that does not exist yet), or one with too few units
+    /// while home may have more. One call serves the batch.
+    pub fn home_call_needed<'c>(
+        &self,
+        cmds: impl IntoIterator<Item = &'c Command>,
+        now_ms: u64,
+    ) -> Option<(u64, Command)> {
+        let mut needed = 0u64;
+        let mut first = None;
+        for cmd in cmds {
+            if let Command::OnShard { command, .. } = cmd {
+                if let Command::Reserve { quantity, .. } = command.as_ref() {
+                    needed += u64::from(*quantity);
+                    first.get_or_insert(cmd);
+                }
+            }
+        }
+        let first = first?.clone();
+        match &self.product {
+            None => Some((needed, first)),
+            Some(p) => p
+                .gate
+                .must_call_home(now_ms, needed)
+                .then_some((needed, first)),
+        }
+    }
+
+    /// The report a stock shard sends home now, with the product id (home's
+    /// object name), for `needed` units (0: its tick). A shard that does
+    /// not exist yet is created from `first`, the command that needs it
+    /// (`Command::OnShard`). Whatever the report debits (a surplus given
+    /// back) is written before it is returned, so a report never claims a
+    /// return storage does not hold.
+    pub fn report_home(
+        &mut self,
+        store: &mut impl Storage,
+        now_ms: u64,
+        first: Option<&Command>,
+        needed: u64,
+    ) -> Result<Option<(String, ShardReport)>, StorageError> {
+        let result = store.atomically(|s| {
+            self.ensure_loaded(s)?;
+            let mut created = false;
+            if self.product.is_none() {
+                let Some(Command::OnShard {
+                    index,
+                    count,
+                    command,
+                }) = first
+                else {
+                    return Ok(None);
+                };
+                if *index == 0 || *index >= *count {
+                    return Ok(None);
+                }
+                self.product = Some(Product::new(
+                    command.product_id().to_string(),
+                    Gate::shard(*index, *count),
+                    &self.id_secret,
+                ));
+                created = true;
+            }
+            let p = self.product.as_mut().expect("loaded or created");
+            let report = p.gate.poll_report(now_ms, needed);
+            let home = p.id.clone();
+            self.persist(s, created)?;
+            Ok(report.map(|r| (home, r)))
+        });
+        if result.is_err() {
+            self.poisoned = true;
+        }
+        result
+    }
+
+    /// Home's answer to a report (or why there was none), written at once.
+    /// Returns whether the shard must report again now (it gave units back
+    /// that home asked for).
+    pub fn handle_home_reply(
+        &mut self,
+        store: &mut impl Storage,
+        now_ms: u64,
+        reply: Result<ShardReply, String>,
+    ) -> Result<bool, StorageError> {
+        if self.poisoned {
+            return Ok(false);
+        }
+        let Some(p) = self.product.as_mut() else {
+            return Ok(false);
+        };
+        let again = match reply {
+            Ok(reply) => p.gate.handle_shard_reply(now_ms, &reply),
+            Err(_) => {
+                p.gate.handle_call_failed();
+                false
+            }
+        };
+        let written = store.atomically(|s| self.persist(s, false));
+        if written.is_err() {
+            self.poisoned = true;
+        }
+        written.map(|()| again)
+    }
+
     /// The alarm fired: expire what is due and write it. Returns how many
     /// holds expired.
     pub fn alarm(&mut self, store: &mut impl Storage, now_ms: u64) -> Result<u32, StorageError> {
@@ -376,7 +484,12 @@ impl ProductObject {
     /// batch must never push a pending alarm later, or steady traffic could
     /// keep it from ever firing.
     pub fn alarm_to_set(&self, now_ms: u64) -> Option<u64> {
-        let next = self.product.as_ref()?.gate.poll_timeout()?;
+        let gate = &self.product.as_ref()?.gate;
+        // A stock shard also wakes to report home (`Gate::poll_report_at`).
+        let next = [gate.poll_timeout(), gate.poll_report_at(now_ms)]
+            .into_iter()
+            .flatten()
+            .min()?;
         let target = next.max(now_ms + 1);
         match self.alarm_at_ms {
             Some(at) if at <= target => None,
@@ -513,6 +626,13 @@ impl ProductObject {
             held: l.held,
             sold: l.sold,
         })
+    }
+
+    /// Whether this object is a stock shard of its product (not its home).
+    pub fn is_shard(&self) -> bool {
+        self.product
+            .as_ref()
+            .is_some_and(|p| p.gate.shard_index() > 0)
     }
 
     /// The product's id, once one is loaded.

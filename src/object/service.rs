@@ -5,7 +5,9 @@
 //! `now_ms`, then writes the gate's changes and sends the reply. That keeps
 //! the mapping from outcomes to status codes testable natively.
 
-use flashgate_core::{AdminRefusal, Archive, CancelOutcome, ConfirmOutcome, Gate, ReserveOutcome};
+use flashgate_core::{
+    escrow, AdminRefusal, Archive, CancelOutcome, ConfirmOutcome, Gate, ReserveOutcome,
+};
 
 use crate::http::codes::{self, ProblemCode};
 use crate::http::problem::Problem;
@@ -24,9 +26,11 @@ pub struct Product {
 }
 
 impl Product {
+    /// `id` is the product's, also for a stock shard, whose codec writes
+    /// ids that name it (`IdCodec::on_shard`).
     pub fn new(id: String, gate: Gate, id_secret: &[u8]) -> Product {
         Product {
-            ids: IdCodec::new(id_secret, &id),
+            ids: IdCodec::new(id_secret, &id).on_shard(gate.shard_index(), gate.shards()),
             id,
             gate,
         }
@@ -43,6 +47,44 @@ pub fn execute(
     id_secret: &[u8],
     archive: &dyn Archive,
 ) -> Reply {
+    // A stock shard's command: the shard's first reserve creates it; any
+    // other command for a shard that never took one names nothing.
+    let cmd = match cmd {
+        Command::OnShard {
+            index,
+            count,
+            command,
+        } => {
+            if product.is_none() {
+                if *index == 0 || *index >= *count || *count > escrow::limits::SHARDS_MAX {
+                    return Problem::internal().into();
+                }
+                match **command {
+                    Command::Reserve { .. } => {}
+                    Command::Void { .. } => {
+                        return admin_problem(AdminRefusal::UnknownReservation).into()
+                    }
+                    _ => return Problem::unknown_reservation().into(),
+                }
+                let gate = Gate::shard(*index, *count);
+                *product = Some(Product::new(
+                    command.product_id().to_string(),
+                    gate,
+                    id_secret,
+                ));
+            }
+            // A shard that has not heard from home knows no rules yet (its
+            // shell calls home before such a batch; the call failed).
+            if product
+                .as_ref()
+                .is_some_and(|p| p.gate.must_call_home(now_ms, 0))
+            {
+                return Problem::unavailable(0.5).into();
+            }
+            command.as_ref()
+        }
+        cmd => cmd,
+    };
     let p = match (product.as_mut(), cmd) {
         (Some(p), _) => p,
         (None, Command::Configure { product_id, patch }) => {
@@ -123,6 +165,16 @@ pub fn execute(
             Ok(v) => Reply::ok(200, views::voided(ids, &v)),
             Err(refusal) => admin_problem(refusal).into(),
         },
+        Command::ShardReport { report, .. } => match g.handle_shard_report(now_ms, report) {
+            Ok(reply) => Reply::ok(200, serde_json::to_value(reply).unwrap_or_default()),
+            Err(refusal) => Problem::new(
+                ProblemCode::Internal,
+                format!("home refused a shard's report: {refusal:?}"),
+            )
+            .into(),
+        },
+        // Unwrapped above; a shard's command inside another is not sent.
+        Command::OnShard { .. } => Problem::internal().into(),
     }
 }
 
@@ -284,6 +336,17 @@ fn admin_problem(refusal: AdminRefusal) -> Problem {
         AdminRefusal::NotConfirmed => Problem::new(
             code,
             "only a confirmed order can be voided; a hold is cancelled or expires",
+        ),
+        AdminRefusal::InvalidShards => Problem::new(
+            code,
+            format!(
+                "shards must be from 1 to {}",
+                flashgate_core::escrow::limits::SHARDS_MAX
+            ),
+        ),
+        AdminRefusal::ShardsFixed => Problem::new(
+            code,
+            "a product's shards are set when it is created and cannot change",
         ),
     }
 }

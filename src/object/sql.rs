@@ -110,6 +110,7 @@ const SCHEMA: &[&str] = &[
         voided_at_ms INTEGER,
         void_seq INTEGER)",
     KEY_INDEX,
+    ESCROW_TABLE,
     // One row per event; the columns an event kind does not use are NULL.
     "CREATE TABLE IF NOT EXISTS outbox (
         seq INTEGER PRIMARY KEY,
@@ -129,6 +130,20 @@ const SCHEMA: &[&str] = &[
 /// format is unchanged, so the schema version is too).
 const KEY_INDEX: &str = "CREATE UNIQUE INDEX IF NOT EXISTS reservations_by_key
     ON reservations (buyer, idem_key)";
+
+/// The escrow of a product of several stock shards (`flashgate_core::escrow`):
+/// home's pool or a shard's ledger, as JSON, since it is read and written
+/// whole and is small (one account per shard, at most 64). Absent for a
+/// product of one shard. Created with the tables, and at load for products
+/// stored before it existed, so the schema version is unchanged.
+const ESCROW_TABLE: &str = "CREATE TABLE IF NOT EXISTS escrow (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    body TEXT NOT NULL)";
+
+#[derive(Deserialize)]
+struct EscrowSql {
+    body: String,
+}
 
 /// The states of a paid record, as stored.
 const PAID_STATES: &str = "state IN ('confirmed', 'voided')";
@@ -224,6 +239,10 @@ pub fn write(db: &mut impl SqlDb, changes: &[Change]) -> Result<(), StorageError
                     ],
                 )?
             }
+            Change::Put(Row::Escrow(e)) => db.exec(
+                "INSERT OR REPLACE INTO escrow (id, body) VALUES (1, ?)",
+                &[SqlValue::Text(to_json(e)?)],
+            )?,
             Change::Put(Row::Admission(a)) => {
                 let Admission {
                     prequeue,
@@ -565,6 +584,11 @@ pub fn load(
         each(Row::Admission(
             a.admission().ok_or_else(|| corrupt("waiting room"))?,
         ))?;
+    }
+    db.exec(ESCROW_TABLE, &[])?;
+    for e in db.query::<EscrowSql>("SELECT body FROM escrow")? {
+        let escrow = serde_json::from_str(&e.body).map_err(|_| corrupt("escrow"))?;
+        each(Row::Escrow(escrow))?;
     }
     db.exec(KEY_INDEX, &[])?;
     // The records kept in memory by id, then the paid ones by buyer (by the

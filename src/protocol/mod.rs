@@ -8,6 +8,7 @@ pub mod buyer_filter;
 pub mod snapshot;
 
 use crate::limits::COMMAND_HEADER_BYTES_MAX;
+use flashgate_core::escrow::ShardReport;
 use flashgate_core::{Arrivals, ConfigPatch, Ticket};
 use flashgate_wire::SaleState;
 use serde::{Deserialize, Serialize};
@@ -79,6 +80,28 @@ pub enum Command {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         client: Option<String>,
     },
+    /// A buyer's command (or an admin's void) for stock shard `index` of
+    /// `count` (≥ 1; shard 0 is the product's own object, which takes the
+    /// command bare), sent to the shard's object (`shard_object`). A shard
+    /// that does not exist yet is created by its first reserve.
+    OnShard {
+        index: u16,
+        count: u16,
+        command: Box<Command>,
+    },
+    /// A stock shard's report to its product's home object, which answers
+    /// with a `flashgate_core::escrow::ShardReply`. Only an object sends it.
+    ShardReport {
+        product_id: String,
+        report: ShardReport,
+    },
+}
+
+/// The name of the object of stock shard `index` (≥ 1) of `product_id`. A
+/// product id never holds `#`, so no product's own object has this name.
+pub fn shard_object(product_id: &str, index: u16) -> String {
+    debug_assert!(index >= 1);
+    format!("{product_id}#{index}")
 }
 
 /// The request header that carries a command from the Worker to its
@@ -112,10 +135,13 @@ impl Command {
     /// methods take it shared), so a batch of nothing else writes nothing
     /// and needs no transaction (`ProductObject::commands`).
     pub fn is_read(&self) -> bool {
-        matches!(
-            self,
-            Command::GetProduct { .. } | Command::GetReservation { .. } | Command::Stats { .. }
-        )
+        match self {
+            Command::OnShard { command, .. } => command.is_read(),
+            _ => matches!(
+                self,
+                Command::GetProduct { .. } | Command::GetReservation { .. } | Command::Stats { .. }
+            ),
+        }
     }
 
     /// The product the command is for.
@@ -131,7 +157,9 @@ impl Command {
             | Command::Stats { product_id }
             | Command::Void { product_id, .. }
             | Command::Sync { product_id, .. }
-            | Command::Watch { product_id, .. } => product_id,
+            | Command::Watch { product_id, .. }
+            | Command::ShardReport { product_id, .. } => product_id,
+            Command::OnShard { command, .. } => command.product_id(),
         }
     }
 }

@@ -41,8 +41,18 @@ pub struct Snapshot {
     /// Present when the product has a waiting room.
     pub queue: Option<QueueSnapshot>,
     /// Present when nothing is available: the buyers whose reserves must
-    /// still reach the object.
+    /// still reach the object. Never for a product of several stock
+    /// shards, whose buyers home does not know: their reserves all reach
+    /// their shards.
     pub buyers: Option<BuyerFilter>,
+    /// The product's stock shards, which the edge routes by
+    /// (`crate::edge::shards`).
+    #[serde(default = "one")]
+    pub shards: u16,
+}
+
+fn one() -> u16 {
+    1
 }
 
 /// A ticket's standing in the waiting room.

@@ -313,19 +313,34 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
             return refuse(p);
         }
     }
+    // The product's stock shards, for the commands a shard keeps: they
+    // are routed by the snapshot's count (`edge::shards`).
+    let mut shards = 1;
     match &cmd {
         Command::GetProduct { .. } => match lookup(env, &product_id).await {
             Some(Known::Product { body, .. }) => return product_response(&body),
             Some(Known::Unknown) => return refuse(Problem::unknown_product(&product_id)),
             None => {}
         },
-        Command::Reserve { buyer, ticket, .. } => {
-            if let Some(Known::Product { snapshot, .. }) = lookup(env, &product_id).await {
+        Command::Reserve { buyer, ticket, .. } => match lookup(env, &product_id).await {
+            Some(Known::Product { snapshot, .. }) => {
                 if let Some(p) = snapshot.reserve_answer(buyer, ticket.as_ref(), now_ms()) {
                     return refuse(p);
                 }
+                shards = snapshot.shards;
             }
-        }
+            // Without a snapshot the reserve goes to the product's own
+            // object, which sells from its pool whatever its shards.
+            Some(Known::Unknown) | None => {}
+        },
+        Command::GetReservation { .. }
+        | Command::Confirm { .. }
+        | Command::Cancel { .. }
+        | Command::Void { .. } => match lookup(env, &product_id).await {
+            Some(Known::Product { snapshot, .. }) => shards = snapshot.shards,
+            Some(Known::Unknown) => return refuse(Problem::unknown_product(&product_id)),
+            None => return refuse(unavailable()),
+        },
         // An update may create the product: it is listed first, so that a
         // product never exists unlisted (an id whose update then fails
         // lists nothing, see `catalog`).
@@ -339,14 +354,16 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
         }
         _ => {}
     }
-    let resp = match forward_raw(env, &product_id, &cmd).await {
+    let is_reserve = matches!(cmd, Command::Reserve { .. });
+    let target = crate::edge::shards::target(cmd, shards, &settings.shard_key);
+    let resp = match forward_raw(env, &target.object, &target.command).await {
         Ok(resp) => resp,
         Err(e) => {
             worker::console_error!("flashgate edge: product {product_id} unreachable: {e}");
             return refuse(unavailable());
         }
     };
-    if matches!(cmd, Command::Reserve { .. }) && resp.status() == 409 {
+    if is_reserve && resp.status() == 409 {
         // The object refused what the snapshot let through (sold out, most
         // likely): the next request fetches a new one.
         EDGE.with_borrow_mut(|c| c.invalidate(&product_id));

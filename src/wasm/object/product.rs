@@ -36,6 +36,7 @@ use crate::protocol::Command;
 use crate::settings::Forwarding;
 use crate::wasm::object::sqlite::DoSql;
 use crate::wasm::{config, http};
+use flashgate_core::escrow::{ShardReply, ShardReport};
 use flashgate_wire::signing::{self, Purpose};
 use flashgate_wire::Batch;
 
@@ -50,6 +51,9 @@ pub struct ProductGate {
     /// When to push live updates; shared with the timer a coalesced push
     /// waits on.
     pusher: Rc<RefCell<Pusher>>,
+    /// A stock shard's call home is out: the batch waits for it, and a
+    /// request that wakes meanwhile waits on a timer rather than spin.
+    calling_home: std::cell::Cell<bool>,
 }
 
 fn now_ms() -> u64 {
@@ -64,6 +68,25 @@ impl ProductGate {
     /// Runs the oldest waiting commands as one batch, then moves the alarm
     /// if the batch asks for it.
     async fn run_batch(&self) {
+        if self.calling_home.get() {
+            Delay::from(Duration::from_millis(HOME_WAIT_POLL_MS)).await;
+            return;
+        }
+        // A stock shard that cannot decide the batch's reserves on what it
+        // has calls home first, once for the batch; the commands stay
+        // queued meanwhile, and the batch is decided after, in a turn of
+        // its own. No decision spans the call.
+        let call = {
+            let batcher = self.batcher.borrow();
+            self.object
+                .borrow()
+                .home_call_needed(batcher.next_batch(), now_ms())
+        };
+        if let Some((needed, first)) = call {
+            self.calling_home.set(true);
+            self.call_home(needed, Some(&first)).await;
+            self.calling_home.set(false);
+        }
         let (tickets, cmds) = self.batcher.borrow_mut().take_batch();
         if tickets.is_empty() {
             return;
@@ -168,6 +191,48 @@ impl ProductGate {
             .serialize_attachment(Attachment { buyer, version })?;
         pair.server.send_with_str(&message)?;
         Response::from_websocket(pair.client).map(Into::into)
+    }
+
+    /// A stock shard's report to its home object, and the reply applied:
+    /// for `needed` units (0: its tick). When home asked units back, the
+    /// shard reports again at once, so that they reach `U` without waiting
+    /// for its next tick.
+    async fn call_home(&self, needed: u64, first: Option<&Command>) {
+        for round in 0..2 {
+            let (needed, first) = if round == 0 {
+                (needed, first)
+            } else {
+                (0, None)
+            };
+            let report =
+                self.object
+                    .borrow_mut()
+                    .report_home(&mut self.store(), now_ms(), first, needed);
+            let (home, report) = match report {
+                Ok(Some(r)) => r,
+                Ok(None) => return,
+                Err(e) => {
+                    worker::console_error!("ProductGate: could not write a report home: {e}");
+                    return;
+                }
+            };
+            let reply = ask_home(&self.env, &home, report).await;
+            if let Err(e) = &reply {
+                worker::console_error!("ProductGate: home {home} did not answer a report: {e}");
+            }
+            let applied =
+                self.object
+                    .borrow_mut()
+                    .handle_home_reply(&mut self.store(), now_ms(), reply);
+            match applied {
+                Ok(true) => continue,
+                Ok(false) => return,
+                Err(e) => {
+                    worker::console_error!("ProductGate: could not write home's reply: {e}");
+                    return;
+                }
+            }
+        }
     }
 
     /// Moves the alarm earlier if the object asks for it.
@@ -291,6 +356,52 @@ extern "C" {
     /// in each one's attachment (which keeps its buyer); returns how many
     /// took it.
     fn fan_out(state: &DurableObjectState, message: &str, version: f64) -> u32;
+}
+
+/// How often a request whose batch waits for a call home looks again.
+const HOME_WAIT_POLL_MS: u64 = 2;
+
+/// Sends a stock shard's report to its product's home object (Durable
+/// Object to Durable Object, inside the Worker), and reads its reply.
+async fn ask_home(env: &Env, home: &str, report: ShardReport) -> Result<ShardReply, String> {
+    let cmd = Command::ShardReport {
+        product_id: home.to_string(),
+        report,
+    };
+    let exchange = async {
+        let header = cmd.to_header().ok_or("a report too long for a header")?;
+        let ns = env
+            .durable_object("PRODUCT_GATE")
+            .map_err(|e| e.to_string())?;
+        let stub = ns
+            .id_from_name(home)
+            .and_then(|id| id.get_stub())
+            .map_err(|e| e.to_string())?;
+        let headers = Headers::new();
+        headers
+            .set(crate::protocol::COMMAND_HEADER, &header)
+            .map_err(|e| e.to_string())?;
+        let mut init = RequestInit::new();
+        init.with_method(Method::Post).with_headers(headers);
+        let req = Request::new_with_init("https://product-gate/command", &init)
+            .map_err(|e| e.to_string())?;
+        let mut resp = stub
+            .fetch_with_request(req)
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = resp.status_code();
+        let text = resp.text().await.map_err(|e| e.to_string())?;
+        if status != 200 {
+            return Err(format!("{status}: {text}"));
+        }
+        serde_json::from_str::<ShardReply>(&text).map_err(|e| e.to_string())
+    };
+    let timeout = Delay::from(Duration::from_millis(crate::limits::HOME_CALL_TIMEOUT_MS));
+    let outcome = match select(pin!(exchange), pin!(timeout)).await {
+        Either::Left((answer, _)) => answer,
+        Either::Right(_) => Err("no answer in time".into()),
+    };
+    outcome
 }
 
 /// The origin's route for batches; the signature covers it.
@@ -432,6 +543,7 @@ impl ProductGate {
             batcher: RefCell::default(),
             tick: js_sys::Object::new(),
             pusher: Rc::default(),
+            calling_home: std::cell::Cell::new(false),
         }
     }
 
@@ -446,6 +558,11 @@ impl ProductGate {
             .alarm(&mut self.store(), now_ms())
             .map_err(|e| worker::Error::RustError(e.0))?;
         self.after_change();
+        if self.object.borrow().is_shard() && !self.calling_home.get() {
+            self.calling_home.set(true);
+            self.call_home(0, None).await;
+            self.calling_home.set(false);
+        }
         self.drain_outbox().await?;
         self.arm().await?;
         Ok(JsValue::from(format!("expired {expired}")))
