@@ -1,0 +1,169 @@
+// A product whose stock lives in K = 8 stock shards (core/src/escrow.rs),
+// end to end on workerd with the origin: a crowd never oversells it, every
+// confirmed order reaches the origin once, the units of expired holds come
+// back to the product as one, and nothing is stranded in a shard. Buyers'
+// reservations on every shard are read, confirmed and cancelled through
+// the ids the gate gave them.
+//
+// E2E_SEED replays a run.
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { ADMIN_TOKEN, pool, sleep } from "../support/client.mjs";
+import { READ_TOKEN } from "../support/keys.mjs";
+import { rng, why } from "../support/seed.mjs";
+import { useGate, withGate } from "../support/system.mjs";
+
+const sale = useGate({ origin: true, vars: { ORIGIN_READ_TOKEN: READ_TOKEN } });
+
+const SHARDS = 8;
+
+/** Polls `read` until `done` holds of its value or `ms` pass; the last value. */
+async function until(read, done, ms) {
+  const deadline = Date.now() + ms;
+  let v;
+  for (;;) {
+    v = await read();
+    if (done(v) || Date.now() > deadline) return v;
+    await sleep(200);
+  }
+}
+
+describe("stock shards", () => {
+  sale.test("K = 8, stock 1,000, 5,000 buyers: never oversold, each order once at the origin, nothing stranded", async ({ api, origin }) => {
+    const product = "sharded";
+    const stock = 1000;
+    let r = await api.put(product, { stock_total: stock, shards: SHARDS, per_buyer_max: 2, quantity_max: 2, hold_ttl_ms: 15_000, attempts_per_window_max: 1000 });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    assert.equal(r.body.shards, SHARDS);
+    const rand = rng();
+    const buyers = Array.from({ length: 5000 }, (_, i) => ({ buyer: `b${i}`, quantity: 1 + Math.floor(rand() * 2) }));
+    const results = await pool(buyers.map((b) => () => api.reserve(product, b.buyer, b.quantity)), 200);
+    const held = [];
+    const codes = {};
+    for (const [i, res] of results.entries()) {
+      if (res.status === 201) held.push({ ...buyers[i], rid: res.body.reservation_id });
+      else codes[res.body.code] = (codes[res.body.code] ?? 0) + 1;
+    }
+    const units = held.reduce((a, h) => a + h.quantity, 0);
+    console.log(`shards: ${held.length} holds for ${units} units; refusals ${JSON.stringify(codes)}`);
+    assert.ok(units <= stock, why(`${units} units held of ${stock}`));
+    for (const code of Object.keys(codes)) assert.ok(["sold_out", "insufficient_stock", "unavailable"].includes(code), why(`refusal ${code}`));
+    // The crowd asked for far more than the stock: nearly all of it sold.
+    assert.ok(units >= stock * 0.9, why(`only ${units} of ${stock} units were taken while 5,000 buyers asked`));
+
+    // Every hold is read back through its id, on whatever shard keeps it;
+    // another buyer reads nothing.
+    const sample = held.slice(0, 200);
+    for (const h of sample) {
+      const mine = await api.reservation(product, h.buyer, h.rid);
+      assert.equal(mine.status, 200, why(`read ${h.rid}: ${JSON.stringify(mine.body)}`));
+      assert.equal(mine.body.quantity, h.quantity);
+      const theirs = await api.reservation(product, `${h.buyer}-other`, h.rid);
+      assert.equal(theirs.status, 404, why("another buyer's read"));
+    }
+    // Half of all holds are paid, a tenth cancelled, the rest expire.
+    const paid = held.filter((_, i) => i % 2 === 0);
+    const cancelled = held.filter((_, i) => i % 10 === 1);
+    const confirms = await pool(paid.map((h) => () => api.confirm(product, h.buyer, h.rid)), 64);
+    for (const [i, c] of confirms.entries()) assert.equal(c.status, 200, why(`confirm ${paid[i].rid}: ${JSON.stringify(c.body)}`));
+    for (const h of cancelled) assert.equal((await api.cancel(product, h.buyer, h.rid)).status, 200);
+    const sold = paid.reduce((a, h) => a + h.quantity, 0);
+
+    // Every order reaches the origin once, from whichever shard sold it.
+    const orders = await until(() => origin.orders(product), (o) => o.length >= paid.length, 30_000);
+    assert.equal(orders.length, paid.length, why(`origin has ${orders.length} orders of ${paid.length}`));
+    // The origin names an order `{product}:{reservation id}`.
+    const want = new Set(paid.map((h) => `${product}:${h.rid}`));
+    const strays = orders.filter((o) => !want.has(o.reservation_id));
+    assert.equal(strays.length, 0, why(`orders the buyers were never given: ${JSON.stringify(strays.slice(0, 3))}; paid e.g. ${JSON.stringify(paid.slice(0, 3))}`));
+    assert.equal(orders.reduce((a, o) => a + o.quantity, 0), sold);
+    for (const o of orders) assert.equal(o.status, "accepted", why(`${o.reservation_id} ${o.status}`));
+
+    // Once the holds expire, the product reads as one: every unit not sold
+    // is available again, nothing held, nothing stranded in a shard.
+    const s = await until(
+      async () => (await api.stats(product)).body,
+      (s) => s.held === 0 && s.available === stock - sold,
+      40_000,
+    );
+    assert.equal(s.stock_total, stock);
+    assert.equal(s.sold, sold, why(`home counts ${s.sold} sold of ${sold}`));
+    assert.equal(s.held, 0, why(`${s.held} still held`));
+    assert.equal(s.available, stock - sold, why(`available ${s.available}, expected ${stock - sold}: units stranded`));
+    // The drift check: the gate's sold units, summed over the shards,
+    // against the origin's.
+    const drift = await api.raw(`/admin/products/${product}/drift`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+    assert.equal(drift.status, 200, JSON.stringify(drift.body));
+    assert.equal(drift.body.gate_sold, sold);
+    assert.equal(drift.body.origin_sold, sold, why(`drift ${JSON.stringify(drift.body)}`));
+    assert.equal(drift.body.drift_units, 0, why(`drift ${JSON.stringify(drift.body)}`));
+
+    // And they can be bought again, from any shard.
+    const again = await pool(Array.from({ length: 400 }, (_, i) => () => api.reserve(product, `late-${i}`, 1)), 50);
+    const got = again.filter((x) => x.status === 201).length;
+    assert.ok(got >= Math.min(400, stock - sold) * 0.9, why(`late buyers got ${got}`));
+  });
+
+  sale.test("shards are set at creation: a change is 409 shards_fixed, out of range is 422, and nothing changes", async ({ api }) => {
+    const product = "shards-fixed";
+    for (const bad of [0, 65, -1, 1.5, "8"]) {
+      const r = await api.put(`${product}-bad`, { stock_total: 5, shards: bad });
+      assert.equal(r.status, 422, why(`shards ${JSON.stringify(bad)}: ${r.status} ${JSON.stringify(r.body)}`));
+      assert.equal(r.body.code, "invalid_body");
+      assert.equal((await api.product(`${product}-bad`)).status, 404, "nothing was created");
+    }
+    let r = await api.put(product, { stock_total: 5, shards: 4 });
+    assert.equal(r.status, 201);
+    const before = (await api.stats(product)).body;
+    r = await api.put(product, { shards: 2, stock_total: 9 });
+    assert.equal(r.status, 409, JSON.stringify(r.body));
+    assert.equal(r.body.code, "shards_fixed");
+    const after = (await api.stats(product)).body;
+    assert.equal(after.stock_total, before.stock_total, "the total did not change either");
+    r = await api.put(product, { shards: 4, per_buyer_max: 3 });
+    assert.equal(r.status, 200, "the same count is no change");
+  });
+});
+
+// Its own gate, since it kills it.
+test("kill -9 mid-sale with K = 8 loses no acknowledged reservation, and the escrow sums hold after the restart", () =>
+  withGate({ origin: true }, async (system) => {
+        const product = "sharded-kill";
+        const stock = 300;
+        let r = await system.api.put(product, { stock_total: stock, shards: SHARDS, per_buyer_max: 1, quantity_max: 1, hold_ttl_ms: 3_000, attempts_per_window_max: 1000 });
+        assert.equal(r.status, 201, JSON.stringify(r.body));
+        const api = system.api;
+        const acked = [];
+        const crowd = pool(
+          Array.from({ length: 2000 }, (_, i) => async () => {
+            try {
+              const res = await api.reserve(product, `k${i}`, 1);
+              if (res.status === 201) acked.push({ buyer: `k${i}`, rid: res.body.reservation_id });
+            } catch {
+              // The gate died under this request: it was never acknowledged.
+            }
+          }),
+          100,
+        );
+        await sleep(400);
+        await system.restartGate({ kill: true });
+        await crowd;
+        const after = system.api;
+        assert.ok(acked.length > 0, why("some reserves were acknowledged before the kill"));
+        assert.ok(acked.length <= stock, why(`${acked.length} acknowledged of ${stock}`));
+        // Every acknowledged hold is still there (or already expired, if
+        // its TTL passed during the restart).
+        for (const a of acked) {
+          const read = await after.reservation(product, a.buyer, a.rid);
+          assert.equal(read.status, 200, why(`acknowledged ${a.rid} lost: ${JSON.stringify(read.body)}`));
+          assert.ok(["held", "expired"].includes(read.body.state), why(`${a.rid} is ${read.body.state}`));
+        }
+        // Once every hold has expired, every unit is back, none stranded.
+        const s = await until(
+          async () => (await after.stats(product)).body,
+          (s) => s.held === 0 && s.available === stock,
+          20_000,
+        );
+        assert.equal(s.available + s.held + s.sold, stock, why(`sums after the restart: ${JSON.stringify(s)}`));
+        assert.equal(s.available, stock, why(`${stock - s.available} units stranded after the restart`));
+  }));
