@@ -85,6 +85,23 @@ pub struct ShardReport {
     pub levels: ShardLevels,
     /// Units asked for now; 0 asks for nothing.
     pub want: u64,
+    /// Units of orders and voids in the shard's outbox, not yet at the
+    /// origin: the drift check counts them as on their way.
+    #[serde(default)]
+    pub backlog_units: i64,
+    /// The shard's calls home so far.
+    #[serde(default)]
+    pub calls: Calls,
+}
+
+/// A shard's calls home, counted since it was created.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Calls {
+    /// Every report sent.
+    pub reports: u64,
+    /// Reports a buyer waited for (the shard could not decide a reserve on
+    /// what it had).
+    pub sync: u64,
 }
 
 /// Home's answer to a report: the cumulative grant to apply, units asked
@@ -95,6 +112,11 @@ pub struct ShardReply {
     pub granted: u64,
     /// Units home asks this shard to give back now.
     pub reclaim: u64,
+    /// The number of the report this answers (`Calls::reports`): a shard
+    /// takes the grant of any reply (grants are cumulative), but only the
+    /// reply to its latest report tells it that report arrived.
+    #[serde(default)]
+    pub answers: u64,
     /// `U` after this report: 0 tells the shard not to call home for every
     /// buyer it cannot serve (home would have nothing to give).
     pub unallocated: u64,
@@ -127,6 +149,10 @@ pub struct ShardAccount {
     pub reported_at_ms: u64,
     /// Until when an ask home could not meet counts as a buyer still asking.
     pub starving_until_ms: u64,
+    #[serde(default)]
+    pub backlog_units: i64,
+    #[serde(default)]
+    pub calls: Calls,
 }
 
 impl ShardAccount {
@@ -234,8 +260,15 @@ impl Pool {
         let account = &mut self.shards[i];
         account.returned = account.returned.max(report.returns_sent);
         account.grants_seen = account.grants_seen.max(report.grants_applied);
-        account.levels = report.levels;
-        account.reported_at_ms = now_ms;
+        // Levels are a state, not a counter: only a report newer than the
+        // last applied one replaces them (a late or repeated one would put
+        // the shard back in time). Reports are numbered by their count.
+        if report.calls.reports >= account.calls.reports {
+            account.levels = report.levels;
+            account.reported_at_ms = now_ms;
+            account.backlog_units = report.backlog_units;
+            account.calls = report.calls;
+        }
         let granted = self.grant(report.index, report.want);
         let account = &mut self.shards[i];
         if granted < report.want {
@@ -270,6 +303,26 @@ impl Pool {
         true
     }
 
+    /// What the console and the load tool read of the escrow.
+    pub fn stats(&self) -> EscrowStats {
+        let shards = &self.shards[1..];
+        EscrowStats {
+            shards: self.count(),
+            unallocated: self.unallocated(),
+            reports: shards.iter().map(|s| s.calls.reports).sum(),
+            sync_calls: shards.iter().map(|s| s.calls.sync).sum(),
+            backlog_units: shards.iter().map(|s| s.backlog_units).sum(),
+            per_shard: self
+                .shards
+                .iter()
+                .map(|s| ShardStats {
+                    escrowed: s.escrowed(),
+                    levels: s.levels,
+                })
+                .collect(),
+        }
+    }
+
     /// The product's levels summed over the shards 1..K as they last
     /// reported, plus `U`; home's own gate adds its own.
     pub fn shards_levels(&self) -> ShardLevels {
@@ -284,6 +337,27 @@ impl Pool {
         }
         sum
     }
+}
+
+/// The escrow as the stats show it, summed over the shards 1..K as each
+/// last reported (home's own figures are the gate's).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EscrowStats {
+    pub shards: u16,
+    /// `U`.
+    pub unallocated: u64,
+    pub reports: u64,
+    pub sync_calls: u64,
+    /// Units in the shards' outboxes on their way to the origin.
+    pub backlog_units: i64,
+    /// Each shard's escrow and levels, home's (0) as home last kept them.
+    pub per_shard: Vec<ShardStats>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardStats {
+    pub escrowed: u64,
+    pub levels: ShardLevels,
 }
 
 /// A shard's side: what it has applied and sent, and its demand.
@@ -311,6 +385,13 @@ pub struct Ledger {
     pub home_empty_at_ms: Option<u64>,
     #[serde(default)]
     pub demand: Demand,
+    #[serde(default)]
+    pub calls: Calls,
+    /// What the last report said of the shard's levels and outbox, so that
+    /// a change is reported even when nothing else calls for a report
+    /// (home's figures for the product, and the drift check, follow).
+    #[serde(default)]
+    pub reported: (ShardLevels, i64),
 }
 
 /// Units reserved per second, as a shard observes it.
@@ -420,11 +501,12 @@ impl Ledger {
     }
 
     /// Whether the shard must call home at its next tick.
-    pub fn wants_tick(&self, now_ms: u64, levels: ShardLevels) -> bool {
+    pub fn wants_tick(&self, now_ms: u64, levels: ShardLevels, backlog_units: i64) -> bool {
         !self.joined
             || self.unreported
             || self.call_failed
             || self.starving_until_ms > now_ms
             || levels.available > 0
+            || self.reported != (levels, backlog_units)
     }
 }

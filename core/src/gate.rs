@@ -1319,6 +1319,7 @@ impl Gate {
 
     pub fn stats(&self, now_ms: u64) -> Stats {
         let l = self.product_levels();
+        let escrow = self.escrow_stats();
         Stats {
             phase: self.phase(now_ms),
             stock_total: self.product_total(),
@@ -1329,7 +1330,10 @@ impl Gate {
             tombstones: self.tombstones,
             buyers: self.buyers.with_units(),
             outbox_backlog: self.outbox.backlog() as u64,
-            outbox_backlog_units: self.outbox.backlog_units(),
+            // At home, the shards' orders on their way count too, so the
+            // drift check judges the product as one.
+            outbox_backlog_units: self.outbox.backlog_units()
+                + escrow.as_ref().map_or(0, |e| e.backlog_units),
             outbox_acked_seq: self.outbox.acked_seq,
             outbox_attempts: self.outbox.attempts,
             outbox_retry_at_ms: self.outbox.retry_at_ms,
@@ -1341,6 +1345,7 @@ impl Gate {
                 / 1000,
             queue_advancing: self.admission.advancing,
             counters: self.counters.clone(),
+            escrow,
         }
     }
 }

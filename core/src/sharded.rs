@@ -172,6 +172,22 @@ impl Gate {
         }
     }
 
+    /// The escrow's figures, at home.
+    pub fn escrow_stats(&self) -> Option<crate::escrow::EscrowStats> {
+        match &self.escrow {
+            Escrow::Home(pool) => {
+                let mut stats = pool.stats();
+                stats.per_shard[0].levels = ShardLevels {
+                    available: self.available,
+                    held: self.held,
+                    sold: self.sold,
+                };
+                Some(stats)
+            }
+            Escrow::Single | Escrow::Shard(_) => None,
+        }
+    }
+
     // ----- a shard ------------------------------------------------------
 
     /// Whether a buyer who asks for `needed` units here must wait for a
@@ -200,7 +216,7 @@ impl Gate {
             held: self.held,
             sold: self.sold,
         };
-        if needed == 0 && !ledger.wants_tick(now_ms, levels) {
+        if needed == 0 && !ledger.wants_tick(now_ms, levels, self.outbox.backlog_units()) {
             return None;
         }
         let surplus = if needed == 0 && ledger.joined {
@@ -220,16 +236,29 @@ impl Gate {
         };
         let want = ledger.want(now_ms, self.available, needed);
         ledger.asked = want;
+        ledger.calls.reports += 1;
+        if needed > 0 {
+            ledger.calls.sync += 1;
+        }
+        let calls = ledger.calls;
+        let backlog_units = self.outbox.backlog_units();
+        let levels = ShardLevels {
+            available: self.available,
+            held: self.held,
+            sold: self.sold,
+        };
+        ledger.reported = (levels, backlog_units);
+        // The report's number and what it said are written before it
+        // leaves, so a restart never numbers a later report below it.
+        self.dirty.escrow = true;
         let report = ShardReport {
             index: ledger.index,
             grants_applied: ledger.grants_applied,
             returns_sent: ledger.returns_sent,
-            levels: ShardLevels {
-                available: self.available,
-                held: self.held,
-                sold: self.sold,
-            },
+            levels,
             want,
+            backlog_units,
+            calls,
         };
         self.assert_stock();
         Some(report)
@@ -243,21 +272,28 @@ impl Gate {
         let Escrow::Shard(ledger) = &mut self.escrow else {
             return false;
         };
-        ledger.call_failed = false;
         ledger.joined = true;
         let credit = ledger.apply_grant(reply.granted);
-        // An ask home could not meet in full leaves the shard wanting: it
-        // asks again at its ticks while its buyers may still be asking.
-        if credit < ledger.asked {
-            ledger.starving_until_ms = now_ms + crate::escrow::limits::STARVING_MS;
-        } else {
-            ledger.starving_until_ms = 0;
+        // Only the reply to the latest report settles the call: a late
+        // reply to an earlier one (whose successor may be lost) credits
+        // its grant and says nothing more.
+        let latest = reply.answers == ledger.calls.reports;
+        if latest {
+            ledger.call_failed = false;
+            // An ask home could not meet in full leaves the shard wanting:
+            // it asks again at its ticks while its buyers may still ask.
+            if credit < ledger.asked {
+                ledger.starving_until_ms = now_ms + crate::escrow::limits::STARVING_MS;
+            } else {
+                ledger.starving_until_ms = 0;
+            }
+            ledger.asked = 0;
+            ledger.home_empty_at_ms = (reply.unallocated == 0).then_some(now_ms);
         }
-        ledger.asked = 0;
-        ledger.home_empty_at_ms = (reply.unallocated == 0).then_some(now_ms);
         let reclaim = reply.reclaim.min(self.available + credit);
         ledger.send_return(reclaim);
-        ledger.unreported = reclaim > 0;
+        // The latest reply means home heard every return sent before it.
+        ledger.unreported = (ledger.unreported && !latest) || reclaim > 0;
         self.stock_total = self.stock_total + credit - reclaim;
         self.available = self.available + credit - reclaim;
         if self.config != reply.config {
@@ -296,7 +332,7 @@ impl Gate {
             sold: self.sold,
         };
         ledger
-            .wants_tick(now_ms, levels)
+            .wants_tick(now_ms, levels, self.outbox.backlog_units())
             .then_some(now_ms + crate::escrow::limits::REPORT_INTERVAL_MS)
     }
 
@@ -319,6 +355,7 @@ impl Gate {
         let reply = ShardReply {
             granted,
             reclaim,
+            answers: report.calls.reports,
             unallocated: pool.unallocated(),
             config: self.config.clone(),
             mode: self.mode,

@@ -93,6 +93,8 @@ pub struct Stats {
     pub queue_admitted: u64,
     pub queue_advancing: bool,
     pub counters: Counters,
+    /// At home of a product of several stock shards, the escrow.
+    pub escrow: Option<crate::escrow::EscrowStats>,
 }
 
 #[cfg(test)]

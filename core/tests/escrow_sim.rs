@@ -283,6 +283,33 @@ impl Sim {
         );
     }
 
+    /// A shard with nothing in flight and no reason to report has told
+    /// home its levels as they are: home's figures for the product lag a
+    /// shard only while a report is due or on its way.
+    fn check_reported(&self) {
+        let Escrow::Home(pool) = self.objects[0].gate.escrow() else {
+            unreachable!()
+        };
+        for (i, o) in self.objects.iter().enumerate().skip(1) {
+            let in_flight = self.network.iter().any(|(_, m)| match m {
+                Message::Report(r) => usize::from(r.index) == i,
+                Message::Reply { to, .. } => usize::from(*to) == i,
+            });
+            if in_flight || o.gate.poll_report_at(self.now_ms).is_some() {
+                continue;
+            }
+            let s = o.gate.stats(self.now_ms);
+            let seen = pool.shards[i].levels;
+            assert_eq!(
+                (seen.available, seen.held, seen.sold),
+                (s.available, s.held, s.sold),
+                "shard {i} is quiet, and home's view of it is stale: home has {:?}, the shard {:?}",
+                pool.shards[i],
+                o.gate.escrow()
+            );
+        }
+    }
+
     fn check_buyers(&self) {
         let mut units: BTreeMap<String, u32> = BTreeMap::new();
         for o in &self.objects {
@@ -364,18 +391,42 @@ impl Simulation for Sim {
                 o.write();
                 format!("settle hold {id} of b{buyer} at shard {shard}: {outcome}")
             }
-            50..=69 if !self.network.is_empty() => {
+            50..=59 if !self.network.is_empty() => {
                 // Reordered: any message in flight may go first.
                 let k = self.rng.below(self.network.len() as u64) as usize;
                 let what = format!("{:?}", self.network[k].1);
                 self.deliver(k);
-                format!("deliver {}", &what[..what.len().min(80)])
+                format!("deliver early {}", &what[..what.len().min(80)])
+            }
+            60..=69 if !self.network.is_empty() => {
+                // Every message due by now, in a random order.
+                let mut n = 0;
+                while let Some(k) = {
+                    let due: Vec<usize> = (0..self.network.len())
+                        .filter(|&k| self.network[k].0 <= self.now_ms)
+                        .collect();
+                    (!due.is_empty()).then(|| due[self.rng.below(due.len() as u64) as usize])
+                } {
+                    self.deliver(k);
+                    n += 1;
+                    if n > 200 {
+                        break;
+                    }
+                }
+                format!("deliver {n} due messages")
             }
             70..=74 if !self.network.is_empty() => {
+                // A lost message is a failed call to the shard that made
+                // it: its fetch home errs (or times out), and it says so.
                 let k = self.rng.below(self.network.len() as u64) as usize;
-                self.network.swap_remove(k);
+                let (_, lost) = self.network.swap_remove(k);
+                let shard = match lost {
+                    Message::Report(r) => r.index,
+                    Message::Reply { to, .. } => to,
+                };
+                self.objects[usize::from(shard)].gate.handle_call_failed();
                 self.counts.dropped += 1;
-                "drop a message".into()
+                format!("drop a message of shard {shard}")
             }
             75..=77 if !self.network.is_empty() => {
                 let k = self.rng.below(self.network.len() as u64) as usize;
@@ -427,6 +478,7 @@ impl Simulation for Sim {
     fn check(&mut self, _step: &str) {
         self.check_sums();
         self.check_buyers();
+        self.check_reported();
     }
 
     fn finish(mut self) -> Summary {
@@ -485,6 +537,17 @@ impl Simulation for Sim {
             pool.stock_total,
             "units lost in transit at quiescence"
         );
+        // And home's figures for the product are the shards' own: every
+        // change was reported.
+        for (i, o) in self.objects.iter().enumerate().skip(1) {
+            let s = o.gate.stats(self.now_ms);
+            let seen = pool.shards[i].levels;
+            assert_eq!(
+                (seen.available, seen.held, seen.sold),
+                (s.available, s.held, s.sold),
+                "home's view of shard {i} is stale at quiescence"
+            );
+        }
         self.counts
     }
 }

@@ -45,6 +45,10 @@ struct Args {
     /// Set up a waiting room admitting this many a second (0: none).
     #[arg(long, default_value_t = 0)]
     admit_per_s: u64,
+    /// Set the product up over this many stock shards (1 to 64), so that
+    /// its sale runs past one object's rate.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    shards: u16,
     #[arg(long, env = "FLASHGATE_ADMIN_TOKEN")]
     admin_token: String,
     /// Mint buyer tokens with this key set (`kid:secret`), as the shop's
@@ -97,6 +101,7 @@ async fn main() {
             stock: args.stock,
             hold_ttl_ms: args.hold_ttl_ms,
             admit_per_s: args.admit_per_s,
+            shards: args.shards,
             admin_token: args.admin_token.clone(),
             buyer_keys: keys(args.buyer_keys.clone(), "buyer-keys")?,
             audience: args.audience.clone(),

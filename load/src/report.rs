@@ -68,6 +68,40 @@ pub struct Report {
     pub db_writes_per_reserve: Option<f64>,
     /// `None` for the ceiling, which keeps no stock.
     pub verdict: Option<Verdict>,
+    /// For a product of several stock shards, what the escrow cost.
+    pub escrow: Option<EscrowFigures>,
+}
+
+/// What a product of several stock shards cost the run, from the gate's
+/// stats after it settled.
+#[derive(Clone, Debug, Serialize)]
+pub struct EscrowFigures {
+    pub shards: u16,
+    /// Reports the shards sent home, and those a buyer waited for.
+    pub reports: u64,
+    pub sync_calls: u64,
+    /// Of the run's reserve requests, the share that waited for a call home.
+    pub sync_share: f64,
+    /// Reports home per 1,000 reserve requests.
+    pub transfers_per_1000_reserves: f64,
+    /// Units still available when the run ended, every report home in:
+    /// with every hold paid (`--shares 100,0,0`) and more buyers than
+    /// units, anything here is undersold.
+    pub available_at_end: u64,
+}
+
+impl EscrowFigures {
+    pub fn of(e: &flashgate_wire::stats::EscrowStats, available: u64, reserves: u64) -> Self {
+        let per = |n: u64| n as f64 / reserves.max(1) as f64;
+        EscrowFigures {
+            shards: e.shards,
+            reports: e.reports,
+            sync_calls: e.sync_calls,
+            sync_share: per(e.sync_calls),
+            transfers_per_1000_reserves: per(e.reports) * 1000.0,
+            available_at_end: available,
+        }
+    }
 }
 
 fn system_name<S: serde::Serializer>(s: &System, ser: S) -> Result<S::Ok, S::Error> {
@@ -154,6 +188,18 @@ impl Report {
             self.db_writes_per_reserve
                 .map_or("-".into(), |w| format!("{w:.4}"))
         );
+        if let Some(e) = &self.escrow {
+            let _ = writeln!(
+                out,
+                "shards: {} · calls home a buyer waited for: {} ({:.2}% of reserves) · reports home: {} ({:.1} per 1,000 reserves) · available at the end: {}",
+                e.shards,
+                e.sync_calls,
+                e.sync_share * 100.0,
+                e.reports,
+                e.transfers_per_1000_reserves,
+                e.available_at_end
+            );
+        }
         let Some(v) = &self.verdict else {
             let _ = writeln!(out, "verdict: none (the ceiling keeps no stock)");
             return out;

@@ -25,7 +25,7 @@ use tokio::sync::Semaphore;
 use crate::client::{self, send, Answer};
 use crate::measure::{kendall_tau, Latency};
 use crate::plan::{self, Arrival, Buyer, Fate, Shares, System};
-use crate::report::{Endpoint, Report};
+use crate::report::{Endpoint, EscrowFigures, Report};
 use crate::verdict::{self, Held, Observed, StoredOrder};
 
 /// Attempts of one idempotent request on network errors, 503s and 429s.
@@ -39,6 +39,10 @@ pub const POLL_MS_MIN: u64 = 200;
 pub const POLL_MS_MAX: u64 = 2_000;
 /// How often the drain and the settling are polled.
 const SETTLE_POLL_MS: u64 = 100;
+/// How long after the settle a product of several stock shards is read
+/// again: a few of its shards' report intervals
+/// (`flashgate_core::escrow::limits::REPORT_INTERVAL_MS`, 250 ms).
+const ESCROW_REPORTS_WAIT_MS: u64 = 1_000;
 /// The origin's page size for `GET /v1/orders`.
 const ORDERS_PAGE: usize = 1000;
 
@@ -56,6 +60,8 @@ pub struct Config {
     pub stock: Option<u64>,
     pub hold_ttl_ms: u64,
     pub admit_per_s: u64,
+    /// Set the product up over this many stock shards (flashgate only).
+    pub shards: u16,
     pub admin_token: String,
     /// Mint buyer tokens with these keys; else ask `POST /api/session`.
     pub buyer_keys: Option<KeySet>,
@@ -472,6 +478,7 @@ async fn setup(ctx: &Ctx, stock: u64) -> Result<()> {
             "quantity_max": ctx.cfg.quantity,
             "hold_ttl_ms": ctx.cfg.hold_ttl_ms,
             "admit_per_s": ctx.cfg.admit_per_s,
+            "shards": ctx.cfg.shards,
             "mode": "active",
         }),
         System::Peer => serde_json::to_value(PeerSetup {
@@ -612,7 +619,9 @@ pub async fn run(cfg: Config) -> Result<Report> {
     let mut last = after;
     let settled = loop {
         let done = match &last {
-            Some(Stats::Gate(s)) => s.outbox.backlog == 0,
+            // Units too: a product of several stock shards counts the
+            // shards' outboxes there (as their reports gave them).
+            Some(Stats::Gate(s)) => s.outbox.backlog == 0 && s.outbox.backlog_units == 0,
             Some(Stats::Peer(s)) => s.settled,
             None => true,
         };
@@ -623,6 +632,13 @@ pub async fn run(cfg: Config) -> Result<Report> {
         last = stats(&ctx).await?;
     };
     let settle_ms = settled.then(|| ctx.elapsed_ms().saturating_sub(finished_ms));
+    // A product of several stock shards knows its shards' figures from
+    // their reports, each at most a few report intervals old: the figures
+    // the verdict judges are read once every shard has reported since.
+    if matches!(&last, Some(Stats::Gate(s)) if s.escrow.is_some()) {
+        tokio::time::sleep(Duration::from_millis(ESCROW_REPORTS_WAIT_MS)).await;
+        last = stats(&ctx).await?;
+    }
 
     let mut seen = Observed {
         stock_total,
@@ -716,6 +732,13 @@ pub async fn run(cfg: Config) -> Result<Report> {
         _ => {}
     }
     let db_writes = db_writes.or(origin_db_writes);
+    let escrow = match &last {
+        Some(Stats::Gate(s)) => s
+            .escrow
+            .as_ref()
+            .map(|e| EscrowFigures::of(e, s.available, reserve_requests)),
+        _ => None,
+    };
     let verdict = if ctx.cfg.system == System::Ceiling {
         None
     } else {
@@ -759,5 +782,6 @@ pub async fn run(cfg: Config) -> Result<Report> {
         db_writes_per_reserve: db_writes.map(|w| w as f64 / reserve_requests.max(1) as f64),
         reserve_requests,
         verdict,
+        escrow,
     })
 }

@@ -262,6 +262,7 @@ mod tests {
                 cancel: Default::default(),
                 holds_expired: 0,
             },
+            escrow: None,
         }
     }
 

@@ -301,6 +301,25 @@ pub fn stats(product_id: &str, s: &Stats, admit_per_s: u32, delivery: &ShellStat
             ..delivery.work.clone()
         },
         counters,
+        escrow: s
+            .escrow
+            .as_ref()
+            .map(|e| flashgate_wire::stats::EscrowStats {
+                shards: e.shards,
+                unallocated: e.unallocated,
+                reports: e.reports,
+                sync_calls: e.sync_calls,
+                per_shard: e
+                    .per_shard
+                    .iter()
+                    .map(|s| flashgate_wire::stats::ShardStats {
+                        escrowed: s.escrowed,
+                        available: s.levels.available,
+                        held: s.levels.held,
+                        sold: s.levels.sold,
+                    })
+                    .collect(),
+            }),
     }
 }
 

@@ -56,15 +56,6 @@ impl Batcher {
         self.waiting.drain(..n).unzip()
     }
 
-    /// The commands the next `take_batch` takes, still waiting: what a stock
-    /// shard's shell reads to tell whether it must call home first.
-    pub fn next_batch(&self) -> impl Iterator<Item = &Command> {
-        self.waiting
-            .iter()
-            .take(COMMANDS_PER_BATCH_MAX)
-            .map(|(_, cmd)| cmd)
-    }
-
     /// Files the batch's outcome under each of its tickets.
     pub fn answer(&mut self, tickets: Vec<CommandId>, outcome: Result<Vec<Reply>, StorageError>) {
         let answers: Vec<Answer> = match outcome {

@@ -40,6 +40,31 @@ pub struct GateStats {
     /// The object's own work since it loaded.
     pub work: WorkStats,
     pub counters: CounterStats,
+    /// For a product of several stock shards: its escrow, as home last
+    /// heard from each shard.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escrow: Option<EscrowStats>,
+}
+
+/// The escrow of a product of several stock shards.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EscrowStats {
+    pub shards: u16,
+    /// Units granted to no shard.
+    pub unallocated: u64,
+    /// The shards' reports to home, and those a buyer waited for.
+    pub reports: u64,
+    pub sync_calls: u64,
+    /// Each shard's escrowed units and levels; shard 0 is home.
+    pub per_shard: Vec<ShardStats>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardStats {
+    pub escrowed: u64,
+    pub available: u64,
+    pub held: u64,
+    pub sold: u64,
 }
 
 impl GateStats {

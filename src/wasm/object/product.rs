@@ -72,24 +72,20 @@ impl ProductGate {
             Delay::from(Duration::from_millis(HOME_WAIT_POLL_MS)).await;
             return;
         }
+        let (tickets, cmds) = self.batcher.borrow_mut().take_batch();
+        if tickets.is_empty() {
+            return;
+        }
         // A stock shard that cannot decide the batch's reserves on what it
-        // has calls home first, once for the batch; the commands stay
-        // queued meanwhile, and the batch is decided after, in a turn of
-        // its own. No decision spans the call.
-        let call = {
-            let batcher = self.batcher.borrow();
-            self.object
-                .borrow()
-                .home_call_needed(batcher.next_batch(), now_ms())
-        };
+        // has calls home first, once for the batch, and decides the batch
+        // after, in a turn of its own: no decision spans the call. Other
+        // batches wait for it (`calling_home`); commands that arrive
+        // meanwhile go in the next batch.
+        let call = self.object.borrow().home_call_needed(&cmds, now_ms());
         if let Some((needed, first)) = call {
             self.calling_home.set(true);
             self.call_home(needed, Some(&first)).await;
             self.calling_home.set(false);
-        }
-        let (tickets, cmds) = self.batcher.borrow_mut().take_batch();
-        if tickets.is_empty() {
-            return;
         }
         let outcome = self
             .object

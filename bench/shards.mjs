@@ -1,0 +1,134 @@
+// One hot product over K stock shards (core/src/escrow.rs): the same sale
+// driven by flashgate-load against bare workerd (origin on SQLite) for
+// K = 1, 2, 4, 8, and the figures that set the capacity on the platform.
+//
+//   node bench/shards.mjs       BENCH_RUNS runs each (default 1), medians
+//   BENCH_SHARDS=1,8 node bench/shards.mjs
+//
+// One workerd runs every object of this machine on about one core, so the
+// measured requests a second cannot show the platform's parallel gain;
+// what carries over is the CPU per request and the coordination each
+// reserve costs (the share of reserves that waited for a call home, and
+// reports home per 1,000 reserves). The capacity line is a model, and says
+// so. Never fails on speed; exits non-zero only when a run could not be
+// made or a verdict failed.
+import { execFileSync, spawn } from "node:child_process";
+import { cpus } from "node:os";
+import { join } from "node:path";
+import { cpuUs, median } from "./load.mjs";
+import * as keys from "../tests/support/keys.mjs";
+import { startOrigin } from "../tests/support/origin.mjs";
+import { gateVars, ROOT, startGate } from "../tests/support/runtime.mjs";
+
+const RUNS = Number(process.env.BENCH_RUNS ?? 1);
+const SHARDS = (process.env.BENCH_SHARDS ?? "1,2,4,8").split(",").map(Number);
+const PROFILE = process.env.FLASHGATE_BENCH_PROFILE ?? "debug";
+/** The platform's published per-object rate for requests that write to
+ * storage: about 200-500 a second (Durable Objects' limits page); the
+ * model takes the upper figure. */
+const PLATFORM_WRITES_PER_S = 500;
+
+const WORKLOADS = [
+  { name: "reserve-heavy: 10^5 units, 20,000 buyers", stock: 100_000, buyers: 20_000, connections: 256 },
+  { name: "sell-out: 5,000 units, 20,000 buyers", stock: 5_000, buyers: 20_000, connections: 256 },
+];
+
+const targetDir = JSON.parse(execFileSync("cargo", ["metadata", "--format-version", "1", "--no-deps"], { cwd: ROOT })).target_directory;
+const bin = (name) => join(targetDir, PROFILE, name);
+
+function load(args) {
+  return new Promise((ok, fail) => {
+    const env = { ...process.env, FLASHGATE_ADMIN_TOKEN: keys.ADMIN_TOKEN };
+    const proc = spawn(bin("flashgate-load"), [...args, "--json"], { env, stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    let err = "";
+    proc.stdout.on("data", (d) => (out += d));
+    proc.stderr.on("data", (d) => (err += d));
+    proc.on("exit", (code) => {
+      if (code === 2 || !out) return fail(new Error(`flashgate-load ${args.join(" ")}: exit ${code}: ${err}`));
+      ok({ report: JSON.parse(out), code });
+    });
+  });
+}
+
+const origin = await startOrigin({});
+const gate = await startGate({ vars: gateVars({ originUrl: origin.url }) });
+console.log(`machine: ${cpus().length} cores, ${cpus()[0]?.model ?? "?"}; workerd pid ${gate.proc.pid}, origin pid ${origin.proc?.pid ?? "?"}`);
+const rows = [];
+let failed = false;
+try {
+  for (const w of WORKLOADS) {
+    for (const k of SHARDS) {
+      const runs = [];
+      for (let run = 0; run < RUNS; run++) {
+        const product = `shards-${w.stock}-${k}-${run}`;
+        const cpuBefore = cpuUs(gate.proc.pid);
+        const originBefore = origin.proc ? cpuUs(origin.proc.pid) : 0;
+        const { report, code } = await load([
+          "--system", "flashgate", "--url", gate.url, "--product", product, "--stock", String(w.stock),
+          "--shards", String(k), "--buyers", String(w.buyers), "--connections", String(w.connections),
+          "--seed", String(run + 1), "--shares", "100,0,0", "--buyer-keys", keys.BUYER_TOKEN_KEYS,
+          "--payment-keys", keys.PAYMENT_KEYS, "--origin", origin.url, "--origin-read-token", keys.READ_TOKEN,
+        ]);
+        const cpu = cpuUs(gate.proc.pid) - cpuBefore;
+        const originCpu = origin.proc ? cpuUs(origin.proc.pid) - originBefore : NaN;
+        if (code !== 0) failed = true;
+        const reserve = report.endpoints.reserve?.latency;
+        runs.push({
+          rps: report.throughput_rps,
+          reserves_per_s: report.reserve_requests / report.duration_s,
+          reserve_p50: reserve?.p50_ms,
+          reserve_p99: reserve?.p99_ms,
+          cpu_us_per_request: cpu / report.requests,
+          cpu_us_per_1000_clicks: ((cpu + originCpu) / report.requests) * 1000,
+          sync_share: report.escrow?.sync_share ?? 0,
+          transfers_per_1000: report.escrow?.transfers_per_1000_reserves ?? 0,
+          sell_out_ms: report.sell_out_ms,
+          available_at_end: report.escrow?.available_at_end ?? null,
+          verdict: report.verdict && report.verdict.violations.length === 0 ? "PASS" : "FAIL",
+          violations: report.verdict?.violations ?? [],
+        });
+      }
+      const m = (f) => median(runs.map(f));
+      const row = {
+        workload: w.name,
+        k,
+        rps: m((r) => r.rps),
+        reserves_per_s: m((r) => r.reserves_per_s),
+        reserve_p50: m((r) => r.reserve_p50),
+        reserve_p99: m((r) => r.reserve_p99),
+        cpu_us: m((r) => r.cpu_us_per_request),
+        cpu_ms_per_1000: m((r) => r.cpu_us_per_1000_clicks) / 1000,
+        sync_share: m((r) => r.sync_share),
+        transfers: m((r) => r.transfers_per_1000),
+        sell_out_ms: runs[0].sell_out_ms,
+        available_at_end: runs.map((r) => r.available_at_end).join("/"),
+        verdicts: runs.map((r) => r.verdict).join(","),
+        violations: runs.flatMap((r) => r.violations).slice(0, 5),
+      };
+      rows.push(row);
+      console.log(JSON.stringify(row));
+    }
+  }
+} finally {
+  await gate.stop();
+  await origin.stop();
+}
+
+const f = (x, d = 0) => (x === null || x === undefined || Number.isNaN(x) ? "-" : Number(x).toFixed(d));
+console.log(`\n${RUNS} run(s) each, medians. CPU is workerd's per request (all K shards on one core here); "CPU per 1,000 clicks" adds the origin's.`);
+console.log("| workload | K | req/s | reserves/s | reserve p50 / p99 ms | workerd CPU µs/req | CPU ms per 1,000 clicks | waited for home | reports per 1,000 reserves | first sold-out ms | available at end | model: K × per-object rate | verdict |");
+console.log("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+for (const r of rows) {
+  // The model: each shard an object of its own on the platform, running at
+  // the lesser of the published rate for storage writes and what its CPU
+  // per request allows on one core.
+  const perObject = Math.min(PLATFORM_WRITES_PER_S, 1e6 / r.cpu_us);
+  console.log(
+    `| ${r.workload} | ${r.k} | ${f(r.rps)} | ${f(r.reserves_per_s)} | ${f(r.reserve_p50, 1)} / ${f(r.reserve_p99, 1)} | ${f(r.cpu_us)} | ${f(r.cpu_ms_per_1000, 1)} | ${f(r.sync_share * 100, 2)}% | ${f(r.transfers, 1)} | ${r.sell_out_ms ?? "-"} | ${r.available_at_end} | ${f(r.k * perObject)} req/s (model) | ${r.verdicts} |`,
+  );
+}
+if (failed) {
+  console.error("a verdict failed");
+  process.exit(1);
+}
