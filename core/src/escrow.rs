@@ -85,6 +85,10 @@ pub struct ShardReport {
     pub levels: ShardLevels,
     /// Units asked for now; 0 asks for nothing.
     pub want: u64,
+    /// Of those, the units buyers are waiting for now (a batch's reserves
+    /// the shard could not serve); the rest is a refill.
+    #[serde(default)]
+    pub need: u64,
     /// Units of orders and voids in the shard's outbox, not yet at the
     /// origin: the drift check counts them as on their way.
     #[serde(default)]
@@ -269,9 +273,14 @@ impl Pool {
             account.backlog_units = report.backlog_units;
             account.calls = report.calls;
         }
-        let granted = self.grant(report.index, report.want);
+        // A refill takes at most a fair share of `U` (what buyers wait for
+        // is always granted first), so that near sell-out the first shards
+        // to ask do not take units the others' buyers will want.
+        let fair = self.unallocated().div_ceil(u64::from(self.count()));
+        let grant = report.want.min(report.need.max(fair));
+        let granted = self.grant(report.index, grant);
         let account = &mut self.shards[i];
-        if granted < report.want {
+        if granted < report.need {
             account.starving_until_ms = now_ms + limits::STARVING_MS;
         } else {
             account.starving_until_ms = 0;
@@ -369,7 +378,8 @@ pub struct Ledger {
     pub returns_sent: u64,
     /// Whether home has yet to hear of a return.
     pub unreported: bool,
-    /// Units the last report asked for, to tell whether home met them.
+    /// Units buyers waited for in the last report, to tell whether home
+    /// met them.
     pub asked: u64,
     /// The last ask home could not meet in full, while it counts.
     pub starving_until_ms: u64,

@@ -203,6 +203,22 @@ impl Gate {
         !ledger.joined || (self.available < needed && !home_empty)
     }
 
+    /// Whether a shard's copy of home's waiting room is too old for
+    /// `ticket`: the room admits by time and this copy does not yet admit
+    /// it. Home may have counted more tickets since (the edge reports them
+    /// to home, not to shards), so the shard refreshes its copy with a call
+    /// home before it turns the ticket away.
+    pub fn room_copy_refuses(&self, now_ms: u64, ticket: &crate::admission::Ticket) -> bool {
+        if !matches!(self.escrow, Escrow::Shard(_)) || self.config.admit_per_s == 0 {
+            return false;
+        }
+        let rules = self.admission_rules();
+        !self
+            .admission
+            .watermark(now_ms, rules)
+            .admits(ticket.key(rules.opens_at_ms))
+    }
+
     /// The report to send home now, if there is one to send: `needed`
     /// units for a buyer waiting (0 for a tick). A surplus is debited here,
     /// before the report that carries it leaves, so the shell must write
@@ -235,7 +251,8 @@ impl Gate {
             unreachable!()
         };
         let want = ledger.want(now_ms, self.available, needed);
-        ledger.asked = want;
+        let need = needed.saturating_sub(self.available).min(want);
+        ledger.asked = need;
         ledger.calls.reports += 1;
         if needed > 0 {
             ledger.calls.sync += 1;
@@ -257,6 +274,7 @@ impl Gate {
             returns_sent: ledger.returns_sent,
             levels,
             want,
+            need,
             backlog_units,
             calls,
         };

@@ -352,21 +352,27 @@ impl ProductObject {
     ) -> Option<(u64, Command)> {
         let mut needed = 0u64;
         let mut first = None;
+        let mut stale_room = false;
         for cmd in cmds {
             if let Command::OnShard { command, .. } = cmd {
-                if let Command::Reserve { quantity, .. } = command.as_ref() {
+                if let Command::Reserve {
+                    quantity, ticket, ..
+                } = command.as_ref()
+                {
                     needed += u64::from(*quantity);
                     first.get_or_insert(cmd);
+                    if let (Some(p), Some(t)) = (&self.product, ticket) {
+                        stale_room |= p.gate.room_copy_refuses(now_ms, t);
+                    }
                 }
             }
         }
         let first = first?.clone();
         match &self.product {
             None => Some((needed, first)),
-            Some(p) => p
-                .gate
-                .must_call_home(now_ms, needed)
-                .then_some((needed, first)),
+            Some(p) => {
+                (stale_room || p.gate.must_call_home(now_ms, needed)).then_some((needed, first))
+            }
         }
     }
 

@@ -29,10 +29,10 @@ async function until(read, done, ms) {
 }
 
 describe("stock shards", () => {
-  sale.test("K = 8, stock 1,000, 5,000 buyers: never oversold, each order once at the origin, nothing stranded", async ({ api, origin }) => {
+  sale.test("K = 8, stock 1,000, 5,000 buyers: never oversold, each order once at the origin, drift 0, nothing stranded", async ({ api, origin }) => {
     const product = "sharded";
     const stock = 1000;
-    let r = await api.put(product, { stock_total: stock, shards: SHARDS, per_buyer_max: 2, quantity_max: 2, hold_ttl_ms: 15_000, attempts_per_window_max: 1000 });
+    let r = await api.put(product, { stock_total: stock, shards: SHARDS, per_buyer_max: 2, quantity_max: 2, hold_ttl_ms: 120_000, attempts_per_window_max: 1000 });
     assert.equal(r.status, 201, JSON.stringify(r.body));
     assert.equal(r.body.shards, SHARDS);
     const rand = rng();
@@ -46,6 +46,7 @@ describe("stock shards", () => {
     }
     const units = held.reduce((a, h) => a + h.quantity, 0);
     console.log(`shards: ${held.length} holds for ${units} units; refusals ${JSON.stringify(codes)}`);
+    if (units > stock) console.log(`stats: ${JSON.stringify((await api.stats(product)).body)}`);
     assert.ok(units <= stock, why(`${units} units held of ${stock}`));
     for (const code of Object.keys(codes)) assert.ok(["sold_out", "insufficient_stock", "unavailable"].includes(code), why(`refusal ${code}`));
     // The crowd asked for far more than the stock: nearly all of it sold.
@@ -61,12 +62,15 @@ describe("stock shards", () => {
       const theirs = await api.reservation(product, `${h.buyer}-other`, h.rid);
       assert.equal(theirs.status, 404, why("another buyer's read"));
     }
-    // Half of all holds are paid, a tenth cancelled, the rest expire.
+    // Half of all holds are paid, the rest cancelled. (Expiry returns units
+    // on shards too: the kill -9 test below waits for it. Here the hold
+    // outlives a slow machine's crowd, so no unit is sold twice in view.)
     const paid = held.filter((_, i) => i % 2 === 0);
-    const cancelled = held.filter((_, i) => i % 10 === 1);
+    const cancelled = held.filter((_, i) => i % 2 === 1);
     const confirms = await pool(paid.map((h) => () => api.confirm(product, h.buyer, h.rid)), 64);
     for (const [i, c] of confirms.entries()) assert.equal(c.status, 200, why(`confirm ${paid[i].rid}: ${JSON.stringify(c.body)}`));
-    for (const h of cancelled) assert.equal((await api.cancel(product, h.buyer, h.rid)).status, 200);
+    const cancels = await pool(cancelled.map((h) => () => api.cancel(product, h.buyer, h.rid)), 64);
+    for (const [i, c] of cancels.entries()) assert.equal(c.status, 200, why(`cancel ${cancelled[i].rid}: ${JSON.stringify(c.body)}`));
     const sold = paid.reduce((a, h) => a + h.quantity, 0);
 
     // Every order reaches the origin once, from whichever shard sold it.
@@ -79,12 +83,12 @@ describe("stock shards", () => {
     assert.equal(orders.reduce((a, o) => a + o.quantity, 0), sold);
     for (const o of orders) assert.equal(o.status, "accepted", why(`${o.reservation_id} ${o.status}`));
 
-    // Once the holds expire, the product reads as one: every unit not sold
-    // is available again, nothing held, nothing stranded in a shard.
+    // Once the holds are settled, the product reads as one: every unit not
+    // sold is available again, nothing held, nothing stranded in a shard.
     const s = await until(
       async () => (await api.stats(product)).body,
       (s) => s.held === 0 && s.available === stock - sold,
-      40_000,
+      20_000,
     );
     assert.equal(s.stock_total, stock);
     assert.equal(s.sold, sold, why(`home counts ${s.sold} sold of ${sold}`));
@@ -102,6 +106,33 @@ describe("stock shards", () => {
     const again = await pool(Array.from({ length: 400 }, (_, i) => () => api.reserve(product, `late-${i}`, 1)), 50);
     const got = again.filter((x) => x.status === 201).length;
     assert.ok(got >= Math.min(400, stock - sold) * 0.9, why(`late buyers got ${got}`));
+  });
+
+  sale.test("K = 4 behind a waiting room: a buyer the edge admits is admitted by its shard too", async ({ api }) => {
+    const product = "sharded-room";
+    let r = await api.put(product, { stock_total: 500, shards: 4, admit_per_s: 400, per_buyer_max: 1, quantity_max: 1 });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const buyers = Array.from({ length: 300 }, (_, i) => `w${i}`);
+    const tickets = new Map();
+    for (const b of buyers) {
+      const j = await api.join(product, b);
+      assert.equal(j.status, 201, JSON.stringify(j.body));
+      tickets.set(b, j.body.ticket);
+    }
+    const outcomes = await pool(
+      buyers.map((b) => async () => {
+        // Wait for the edge to say admitted, then reserve once.
+        for (const until = Date.now() + 20_000; Date.now() < until; await sleep(100)) {
+          const st = await api.standing(product, b, tickets.get(b));
+          if (st.body.admitted) break;
+        }
+        return api.reserve(product, b, 1, undefined, { "flashgate-ticket": tickets.get(b) });
+      }),
+      50,
+    );
+    const codes = {};
+    for (const o of outcomes) codes[o.status === 201 ? "reserved" : o.body.code] = (codes[o.status === 201 ? "reserved" : o.body.code] ?? 0) + 1;
+    assert.deepEqual(codes, { reserved: 300 }, why(`outcomes ${JSON.stringify(codes)}`));
   });
 
   sale.test("shards are set at creation: a change is 409 shards_fixed, out of range is 422, and nothing changes", async ({ api }) => {
@@ -145,7 +176,9 @@ test("kill -9 mid-sale with K = 8 loses no acknowledged reservation, and the esc
           }),
           100,
         );
-        await sleep(400);
+        // Kill once the sale is under way: some holds acknowledged, most
+        // of the crowd still coming.
+        for (const until = Date.now() + 20_000; acked.length < 30 && Date.now() < until; ) await sleep(20);
         await system.restartGate({ kill: true });
         await crowd;
         const after = system.api;

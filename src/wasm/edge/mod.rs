@@ -329,9 +329,11 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
                 }
                 shards = snapshot.shards;
             }
-            // Without a snapshot the reserve goes to the product's own
-            // object, which sells from its pool whatever its shards.
-            Some(Known::Unknown) | None => {}
+            Some(Known::Unknown) => return refuse(Problem::unknown_product(&product_id)),
+            // Without a snapshot the edge does not know the product's
+            // shards, and a reserve sent to the wrong one would let a buyer
+            // hold on two shards past the per-buyer limit.
+            None => return refuse(unavailable()),
         },
         Command::GetReservation { .. }
         | Command::Confirm { .. }
