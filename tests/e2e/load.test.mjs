@@ -116,6 +116,23 @@ test("stopped by SIGINT mid-sale, it still reports what it measured, marked inco
   assert.equal(stats.body.state, "closed", seen);
 }));
 
+test("--deadline-s and SIGTERM stop a run as Ctrl-C does: a report, incomplete, saying why", { timeout: 120_000 }, () => withGate({}, async ({ gate }) => {
+  const args = (product, seed) => [
+    "--url", gate.url, "--product", product, "--stock", "20", "--buyers", "200", "--connections", "8",
+    "--arrival", "ramp:30000", "--seed", String(seed), "--buyer-keys", keys.BUYER_TOKEN_KEYS, "--payment-keys", keys.PAYMENT_KEYS,
+  ];
+  const deadline = await load([...args("load-deadline", 16), "--deadline-s", "2"]);
+  const seen = `seed 16: ${deadline.stderr} ${JSON.stringify(deadline.report?.outcomes)}`;
+  assert.equal(deadline.code, 2, seen);
+  assert.equal(deadline.report.incomplete, "the run reached --deadline-s 2", seen);
+  assert.ok(deadline.report.outcomes.stopped > 0 && deadline.report.requests > 0, seen);
+  assert.deepEqual(deadline.report.product_made, { left: "closed" }, seen);
+  const term = await load(args("load-term", 17), { signal: { name: "SIGTERM", afterMs: 2_000 } });
+  assert.equal(term.code, 2, term.stderr);
+  assert.equal(term.report.incomplete, "terminated (SIGTERM)", term.stderr);
+  assert.equal(term.report.status, "incomplete");
+}));
+
 test("its own reads meet the admin rate limit: it waits as Retry-After says and finishes; an error later still reports, incomplete", { timeout: 180_000 }, () => withGate({ origin: true, vars: { RATE_LIMITS: "ip=1000000/10;buyer=1000000/10;admin=2/10" } }, async ({ gate, origin }) => {
   // Two admin requests in 10 s: the setup and the first stats read pass,
   // the stats read after the buyers meets a 429 with Retry-After: 10.
