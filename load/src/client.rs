@@ -42,6 +42,44 @@ impl Answer {
     pub fn str(&self, name: &str) -> Option<&str> {
         self.body.get(name).and_then(Value::as_str)
     }
+
+    /// The answer to a request the run's stop cut short: never sent, or
+    /// dropped in flight, so whether it took effect is unknown. It is
+    /// counted as `stopped`, not as a network error.
+    pub fn stopped() -> Answer {
+        Answer {
+            status: None,
+            code: Some(STOPPED.into()),
+            body: Value::Null,
+            retry_after_s: None,
+            ms: 0.0,
+        }
+    }
+}
+
+/// The label of a request or a buyer the run's stop cut short.
+pub const STOPPED: &str = "stopped";
+
+/// How long to wait before attempt `attempt + 1` of a request that is safe
+/// to repeat, or `None` if its answer is final. A network error backs off
+/// exponentially from `backoff_ms`; a 429 or a 503 waits what its
+/// `Retry-After` says (1 s without one), at most `retry_after_ms_max`.
+pub fn retry_wait_ms(
+    status: Option<u16>,
+    retry_after_s: Option<u64>,
+    attempt: u32,
+    backoff_ms: u64,
+    retry_after_ms_max: u64,
+) -> Option<u64> {
+    match status {
+        None => Some(backoff_ms << (attempt.clamp(1, 16) - 1)),
+        Some(429) | Some(503) => Some(
+            retry_after_s
+                .map_or(1_000, |s| s.saturating_mul(1_000))
+                .min(retry_after_ms_max),
+        ),
+        Some(_) => None,
+    }
 }
 
 pub fn client(connections: usize) -> reqwest::Result<Client> {
@@ -91,5 +129,44 @@ pub async fn send(request: RequestBuilder) -> Answer {
             retry_after_s: None,
             ms,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retry_waits_as_the_server_says_within_a_cap() {
+        // A 429 with Retry-After: 10 waits 10 s when the cap allows it, and
+        // the cap when it does not.
+        assert_eq!(
+            retry_wait_ms(Some(429), Some(10), 1, 100, 60_000),
+            Some(10_000)
+        );
+        assert_eq!(
+            retry_wait_ms(Some(429), Some(10), 1, 100, 5_000),
+            Some(5_000)
+        );
+        assert_eq!(retry_wait_ms(Some(503), None, 3, 100, 60_000), Some(1_000));
+        // A huge Retry-After does not overflow.
+        assert_eq!(
+            retry_wait_ms(Some(429), Some(u64::MAX), 1, 100, 60_000),
+            Some(60_000)
+        );
+        // Network errors back off: 100, 200, 400 ms.
+        let waits: Vec<_> = (1..=3)
+            .map(|a| retry_wait_ms(None, None, a, 100, 60_000))
+            .collect();
+        assert_eq!(waits, [Some(100), Some(200), Some(400)]);
+        // Every other answer is final.
+        for status in [200, 201, 400, 401, 404, 409, 500] {
+            assert_eq!(
+                retry_wait_ms(Some(status), Some(1), 1, 100, 60_000),
+                None,
+                "{status}"
+            );
+        }
+        assert_eq!(Answer::stopped().label(), STOPPED);
     }
 }

@@ -1,9 +1,14 @@
 //! The command line of flashgate-load. Exits 1 on any violation of the
-//! verdict, 2 when the run itself could not be made.
+//! verdict, 2 when the run could not be made whole (an error, Ctrl-C,
+//! SIGTERM, `--deadline-s`, the settle timeout); it prints its report in
+//! every case, marked INCOMPLETE when the run stopped early.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Parser;
 use flashgate_load::plan::{Arrival, Shares, System};
-use flashgate_load::run::{self, Config};
+use flashgate_load::run::{self, Config, Progress, Stop};
 use flashgate_wire::keys::KeySet;
 
 /// Simulates a flash sale against a flashgate gate (local workerd, wrangler
@@ -17,7 +22,8 @@ struct Args {
     url: String,
     #[arg(long, value_enum, default_value = "flashgate")]
     system: System,
-    /// The product; a new one per seed by default.
+    /// The product; by default a new one, `load-SEED-TIME`, which the run
+    /// closes at its end (the gate cannot delete a product).
     #[arg(long)]
     product: Option<String>,
     #[arg(long, default_value_t = 1000)]
@@ -71,9 +77,47 @@ struct Args {
     /// How long to wait for the outbox (or a peer's queue) to drain.
     #[arg(long, default_value_t = 60_000)]
     settle_timeout_ms: u64,
+    /// Stop after this many seconds, and report what was measured (marked
+    /// INCOMPLETE).
+    #[arg(long)]
+    deadline_s: Option<u64>,
+    /// How progress is shown on stderr: a bar on a terminal, else a line
+    /// every few seconds (auto), or as asked.
+    #[arg(long, value_enum, default_value = "auto")]
+    progress: ProgressArg,
     /// Print the report as JSON instead of the table.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum ProgressArg {
+    Auto,
+    Bar,
+    Lines,
+    None,
+}
+
+/// Ctrl-C and SIGTERM stop the run, which then reports; a second Ctrl-C
+/// quits at once.
+fn on_signals(stop: Arc<Stop>) {
+    let first = stop.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_err() {
+            return;
+        }
+        first.stop("interrupted (SIGINT)");
+        eprintln!("flashgate-load: stopping; the report follows (Ctrl-C again quits at once)");
+        let _ = tokio::signal::ctrl_c().await;
+        std::process::exit(130);
+    });
+    tokio::spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            term.recv().await;
+            stop.stop("terminated (SIGTERM)");
+        }
+    });
 }
 
 fn keys(text: Option<String>, what: &str) -> Result<Option<KeySet>, String> {
@@ -88,10 +132,14 @@ async fn main() {
         Ok(Config {
             base: args.url.trim_end_matches('/').to_owned(),
             system: args.system,
-            product: args
-                .product
-                .clone()
-                .unwrap_or_else(|| format!("load-{}", args.seed)),
+            // A fresh product per run: a product's orders from an earlier
+            // run would be orders this run never confirmed.
+            product: args.product.clone().unwrap_or_else(|| {
+                let s = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                format!("load-{}-{s}", args.seed)
+            }),
             buyers: args.buyers,
             connections: args.connections.max(1),
             arrival: args.arrival,
@@ -113,7 +161,14 @@ async fn main() {
             origin_read_token: args.origin_read_token.clone(),
             patience_ms: args.patience_ms,
             settle_timeout_ms: args.settle_timeout_ms,
-            progress: !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            progress: match args.progress {
+                ProgressArg::Auto if std::io::IsTerminal::is_terminal(&std::io::stderr()) => {
+                    Progress::Bar
+                }
+                ProgressArg::Auto | ProgressArg::Lines => Progress::Lines,
+                ProgressArg::Bar => Progress::Bar,
+                ProgressArg::None => Progress::None,
+            },
         })
     })();
     let config = match config {
@@ -123,21 +178,37 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    match run::run(config).await {
-        Ok(report) => {
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&report).expect("the report serialises")
-                );
-            } else {
-                print!("{}", report.table());
-            }
-            std::process::exit(if report.passed() { 0 } else { 1 });
-        }
-        Err(e) => {
-            eprintln!("flashgate-load: {e:#}");
-            std::process::exit(2);
-        }
+    if config.system == System::Flashgate && config.payment_keys.is_none() && config.shares.pay > 0
+    {
+        eprintln!(
+            "flashgate-load: NOTE: {}; pass --payment-keys (the gate's PAYMENT_KEYS) for the shares asked for",
+            run::no_payment_keys(config.shares)
+        );
     }
+    eprintln!(
+        "flashgate-load: {} buyers against {} (product {})",
+        config.buyers, config.base, config.product
+    );
+    let stop = Arc::new(Stop::default());
+    on_signals(stop.clone());
+    if let Some(s) = args.deadline_s {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(s)).await;
+            stop.stop(format!("the run reached --deadline-s {s}"));
+        });
+    }
+    let report = run::run(config, stop).await;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("the report serialises")
+        );
+    } else {
+        print!("{}", report.table());
+    }
+    if let Some(why) = &report.incomplete {
+        eprintln!("flashgate-load: the run stopped before its end: {why}");
+    }
+    std::process::exit(report.status.exit_code());
 }

@@ -115,6 +115,20 @@ impl Shares {
         }
     }
 
+    pub fn abandon(self) -> u8 {
+        100 - self.pay - self.cancel
+    }
+
+    /// The shares as buyers can follow them: without payment keys nobody
+    /// can pay, so those who would pay walk away instead.
+    pub fn followed(self, can_pay: bool) -> Shares {
+        if can_pay {
+            self
+        } else {
+            Shares { pay: 0, ..self }
+        }
+    }
+
     fn pick(self, roll: u8) -> Fate {
         if roll < self.pay {
             Fate::Pay
@@ -193,6 +207,14 @@ mod tests {
         for bad in ["70,20", "70,20,20", "a,b,c", "100,0,0,0", "200,0,0"] {
             assert!(Shares::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn without_payment_keys_the_payers_walk_away() {
+        let s = Shares::parse("80,10,10").unwrap();
+        assert_eq!(s.followed(true), s);
+        let f = s.followed(false);
+        assert_eq!((f.pay, f.cancel, f.abandon()), (0, 10, 90));
     }
 
     #[test]

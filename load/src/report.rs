@@ -28,8 +28,70 @@ pub struct EndpointFigures {
     pub answers: BTreeMap<String, u64>,
 }
 
+/// The shares of pay, cancel and abandon the buyers with a hold followed,
+/// in percent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SharesUsed {
+    pub pay: u8,
+    pub cancel: u8,
+    pub abandon: u8,
+    /// Why they differ from the shares asked for, if they do.
+    pub note: Option<String>,
+}
+
+/// What became of the product the run made for itself.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "left", rename_all = "snake_case")]
+pub enum Cleanup {
+    /// Closed: the gate cannot delete a product, so it stays listed,
+    /// closed, and sells nothing more.
+    Closed,
+    /// Closing it failed; it is still on sale.
+    NotClosed { why: String },
+}
+
+/// The run's verdict in one word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Every check was made and none failed.
+    Pass,
+    /// A check failed (on a complete run or not: a violation seen is one).
+    Fail,
+    /// The run stopped before its end, and the checks it could make passed.
+    Incomplete,
+    /// The ceiling keeps no stock: there is nothing to judge.
+    Unjudged,
+}
+
+impl Status {
+    pub fn word(self) -> &'static str {
+        match self {
+            Status::Pass => "PASS",
+            Status::Fail => "FAIL",
+            Status::Incomplete => "INCOMPLETE",
+            Status::Unjudged => "none",
+        }
+    }
+
+    /// The command's exit code: 1 for a violation, 2 when the run could
+    /// not be made whole.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Status::Pass | Status::Unjudged => 0,
+            Status::Fail => 1,
+            Status::Incomplete => 2,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
+    /// The verdict in one word; `incomplete` says why a run is.
+    pub status: Status,
+    /// Why the run stopped before its end (an error, a signal, the
+    /// deadline, the settle timeout); `None` for a whole run.
+    pub incomplete: Option<String>,
     #[serde(serialize_with = "system_name")]
     pub system: System,
     pub base: String,
@@ -46,10 +108,16 @@ pub struct Report {
     pub outcomes: BTreeMap<String, u64>,
     /// What the buyers with a hold did with it.
     pub fates: BTreeMap<String, u64>,
+    /// The shares they followed (flashgate only: a peer's order is made at
+    /// the reserve).
+    pub shares: Option<SharesUsed>,
     /// The reserves answered `sold_out`: the part of the burst after the
     /// stock is gone.
     pub sold_out_latency: Option<Latency>,
-    /// Commands the object handled per request sent (flashgate only).
+    /// The reserves, confirms and cancels the object decided during the
+    /// run, per request the run sent (flashgate only). Other clients' reads
+    /// (the console's polls) are not counted; buyers of the same product
+    /// outside the run would be.
     pub reached_object: Option<f64>,
     /// From the start to the first sold-out answer.
     pub sell_out_ms: Option<u64>,
@@ -66,6 +134,11 @@ pub struct Report {
     pub db_writes: Option<u64>,
     pub reserve_requests: u64,
     pub db_writes_per_reserve: Option<f64>,
+    /// The run's own reads and writes (setup, stats, the origin's orders)
+    /// that met a 429, a 503 or a network error and were tried again.
+    pub read_retries: u64,
+    /// `None` if the product was there before the run.
+    pub product_made: Option<Cleanup>,
     /// `None` for the ceiling, which keeps no stock.
     pub verdict: Option<Verdict>,
     /// For a product of several stock shards, what the escrow cost.
@@ -120,6 +193,18 @@ fn counts(m: &BTreeMap<String, u64>) -> String {
 }
 
 impl Report {
+    /// `report` with its status worked out from its verdict and whether it
+    /// is complete.
+    pub fn judged(mut report: Report) -> Report {
+        report.status = match (&report.verdict, &report.incomplete) {
+            (Some(v), _) if !v.passed() => Status::Fail,
+            (_, Some(_)) => Status::Incomplete,
+            (Some(_), None) => Status::Pass,
+            (None, None) => Status::Unjudged,
+        };
+        report
+    }
+
     /// The summary table.
     pub fn table(&self) -> String {
         let mut out = String::new();
@@ -167,11 +252,21 @@ impl Report {
         if !self.fates.is_empty() {
             let _ = writeln!(out, "holds: {}", counts(&self.fates));
         }
+        if let Some(s) = &self.shares {
+            let _ = writeln!(
+                out,
+                "shares followed: pay {}%, cancel {}%, abandon {}%",
+                s.pay, s.cancel, s.abandon
+            );
+            if let Some(note) = &s.note {
+                let _ = writeln!(out, "  NOTE: {note}");
+            }
+        }
         let _ = writeln!(
             out,
             "reached the object: {} · sold out after: {} ms · settled after: {} ms",
             self.reached_object
-                .map_or("-".into(), |r| format!("{:.2}% of requests", r * 100.0)),
+                .map_or("-".into(), |r| format!("{:.2}% of its requests", r * 100.0)),
             opt(self.sell_out_ms),
             opt(self.settle_ms)
         );
@@ -200,30 +295,60 @@ impl Report {
                 e.available_at_end
             );
         }
+        if self.read_retries > 0 {
+            let _ = writeln!(
+                out,
+                "the run's own reads tried again after a 429, 503 or network error: {}",
+                self.read_retries
+            );
+        }
+        match &self.product_made {
+            Some(Cleanup::Closed) => {
+                let _ = writeln!(
+                    out,
+                    "product {}: made for this run, now closed (the gate cannot delete a product; it stays listed, closed)",
+                    self.product
+                );
+            }
+            Some(Cleanup::NotClosed { why }) => {
+                let _ = writeln!(
+                    out,
+                    "product {}: made for this run, and NOT closed: {why}",
+                    self.product
+                );
+            }
+            None => {}
+        }
+        if let Some(why) = &self.incomplete {
+            let _ = writeln!(out, "INCOMPLETE: the run stopped before its end: {why}");
+        }
         let Some(v) = &self.verdict else {
             let _ = writeln!(out, "verdict: none (the ceiling keeps no stock)");
             return out;
         };
+        let checked = |made: bool, n: u64| {
+            if made {
+                n.to_string()
+            } else {
+                "not checked".into()
+            }
+        };
+        let orders = v.orders_checked;
         let _ = writeln!(
             out,
             "verdict: {} · forgotten {} · oversold {} (db {}) · lost {} · duplicated {} · unexplained {} · drift {}",
-            if v.passed() { "PASS" } else { "FAIL" },
+            self.status.word(),
             v.forgotten_reservations,
             v.oversold_units,
-            v.oversold_in_db_units,
-            v.lost_orders,
-            v.duplicated_orders,
-            v.unexplained_orders,
-            opt(v.drift_units)
+            checked(orders, v.oversold_in_db_units),
+            checked(orders, v.lost_orders),
+            checked(orders, v.duplicated_orders),
+            checked(orders, v.unexplained_orders),
+            v.drift_units.map_or("not checked".into(), |d| d.to_string())
         );
         for why in &v.violations {
             let _ = writeln!(out, "  violation: {why}");
         }
         out
-    }
-
-    /// Whether the run broke no rule (the ceiling has none to break).
-    pub fn passed(&self) -> bool {
-        self.verdict.as_ref().is_none_or(Verdict::passed)
     }
 }

@@ -2,10 +2,15 @@
 //! verdict is judged by. The decisions a buyer makes from an answer are
 //! small and explicit here; the figures are computed in `measure` and the
 //! verdict in `verdict`.
+//!
+//! A run can stop before its end: a read that keeps failing, Ctrl-C or
+//! SIGTERM, or `--deadline-s`. It then still reports what it measured, with
+//! the verdict marked incomplete: `run` returns a `Report` whatever
+//! happened, and says in `incomplete` why it is one.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
@@ -20,31 +25,57 @@ use indicatif::{ProgressBar, ProgressStyle};
 use reqwest::{Client, RequestBuilder};
 use serde::Deserialize;
 use serde_json::json;
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 
-use crate::client::{self, send, Answer};
+use crate::client::{self, send, Answer, STOPPED};
 use crate::measure::{kendall_tau, Latency};
 use crate::plan::{self, Arrival, Buyer, Fate, Shares, System};
-use crate::report::{Endpoint, EscrowFigures, Report};
+use crate::report::{Cleanup, Endpoint, EscrowFigures, Report, SharesUsed, Status};
 use crate::verdict::{self, Held, Observed, StoredOrder};
 
 /// Attempts of one idempotent request on network errors, 503s and 429s.
 pub const ATTEMPTS_MAX: u32 = 6;
 /// Backoff after a network error: this, doubled at each attempt.
 pub const BACKOFF_MS: u64 = 100;
-/// The longest a 429's `Retry-After` is honoured before the next attempt.
+/// The longest a buyer honours a 429's `Retry-After` before the next attempt.
 pub const RETRY_AFTER_MS_MAX: u64 = 5_000;
+/// The run's own reads and writes (setup, stats, the origin's orders) are
+/// few and the verdict needs every one: they wait as long as a 429's
+/// `Retry-After` says (the deployed admin policy's window is 60 s), within
+/// `READ_PATIENCE_MS` in all.
+pub const READ_RETRY_AFTER_MS_MAX: u64 = 60_000;
+pub const READ_ATTEMPTS_MAX: u32 = 8;
+/// Of those, attempts after a network error: a gate that is not there
+/// (a wrong URL) is said so within a second.
+pub const READ_NETWORK_ATTEMPTS_MAX: u32 = 4;
+pub const READ_PATIENCE_MS: u64 = 180_000;
+/// After a stop, the last stats read and the product's closing get this
+/// long each: the user asked to stop, not to wait.
+pub const FINAL_PATIENCE_MS: u64 = 5_000;
 /// The waiting room's poll interval bounds.
 pub const POLL_MS_MIN: u64 = 200;
 pub const POLL_MS_MAX: u64 = 2_000;
-/// How often the drain and the settling are polled.
-const SETTLE_POLL_MS: u64 = 100;
+/// How often the drain and the settling are polled: 4 reads a second stays
+/// under the deployed admin policy (300 in 60 s).
+const SETTLE_POLL_MS: u64 = 250;
 /// How long after the settle a product of several stock shards is read
 /// again: a few of its shards' report intervals
 /// (`flashgate_core::escrow::limits::REPORT_INTERVAL_MS`, 250 ms).
 const ESCROW_REPORTS_WAIT_MS: u64 = 1_000;
+/// How often a progress line is printed when the output is not a terminal.
+pub const PROGRESS_LINE_MS: u64 = 5_000;
 /// The origin's page size for `GET /v1/orders`.
 const ORDERS_PAGE: usize = 1000;
+
+/// How the run shows its progress (on stderr).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// A bar redrawn in place: for a terminal.
+    Bar,
+    /// A line every `PROGRESS_LINE_MS`: for a log or a pipe.
+    Lines,
+    None,
+}
 
 pub struct Config {
     pub base: String,
@@ -72,7 +103,49 @@ pub struct Config {
     pub origin_read_token: Option<String>,
     pub patience_ms: u64,
     pub settle_timeout_ms: u64,
-    pub progress: bool,
+    pub progress: Progress,
+}
+
+/// Why the run is stopping early, once someone said so: the signal
+/// handlers, the deadline, or the run itself on an error. The first reason
+/// given is kept.
+pub struct Stop {
+    why: watch::Sender<Option<String>>,
+}
+
+impl Default for Stop {
+    fn default() -> Stop {
+        Stop {
+            why: watch::Sender::new(None),
+        }
+    }
+}
+
+impl Stop {
+    pub fn stop(&self, why: impl Into<String>) {
+        let why = why.into();
+        self.why.send_if_modified(|w| {
+            let first = w.is_none();
+            if first {
+                *w = Some(why);
+            }
+            first
+        });
+    }
+
+    pub fn reason(&self) -> Option<String> {
+        self.why.borrow().clone()
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.why.borrow().is_some()
+    }
+
+    /// Resolves once a stop was asked for.
+    pub async fn stopped(&self) {
+        let mut rx = self.why.subscribe();
+        let _ = rx.wait_for(Option::is_some).await;
+    }
 }
 
 /// One request, as the report counts it.
@@ -101,18 +174,27 @@ struct BuyerEnd {
 struct Ctx {
     cfg: Config,
     http: Client,
+    stop: Arc<Stop>,
     slots: Semaphore,
-    start: Instant,
+    /// When the first buyer may arrive; set just before they are let go.
+    start: OnceLock<Instant>,
     arrivals: AtomicU64,
     services: AtomicU64,
+    /// Requests the buyers sent and got an answer (or an error) to.
+    sent: AtomicU64,
+    /// Buyers whose reserve was answered.
+    answered: AtomicU64,
     /// Milliseconds after the start of the first sold-out answer, plus one
     /// (0 for none yet).
     sold_out_at: AtomicU64,
     last_confirm_at: AtomicU64,
+    /// The run's own reads and writes that were retried after a 429 or 503.
+    read_retries: AtomicU64,
     bar: ProgressBar,
-    admission: bool,
+    /// Whether the product has a waiting room, as it said before the run.
+    admission: AtomicBool,
     /// The product's hold time to live, as it said before the run.
-    hold_ttl_ms: u64,
+    hold_ttl_ms: AtomicU64,
 }
 
 fn now_ms() -> u64 {
@@ -131,16 +213,35 @@ impl Ctx {
         format!("/api/products/{}", self.cfg.product)
     }
 
-    /// One request in a connection slot, recorded.
+    fn start(&self) -> Instant {
+        *self.start.get_or_init(Instant::now)
+    }
+
+    /// Sleeps for `d`; false if the run was stopped first.
+    async fn pause(&self, d: Duration) -> bool {
+        tokio::select! {
+            biased;
+            () = self.stop.stopped() => false,
+            () = tokio::time::sleep(d) => true,
+        }
+    }
+
+    /// One request in a connection slot, recorded. A stop cuts it short:
+    /// it is then neither measured nor counted as sent.
     async fn once(&self, end: &mut BuyerEnd, endpoint: Endpoint, req: RequestBuilder) -> Answer {
-        let answer = {
-            let _slot = self
-                .slots
-                .acquire()
-                .await
-                .expect("the semaphore is never closed");
-            send(req).await
+        let answer = tokio::select! {
+            biased;
+            () = self.stop.stopped() => return Answer::stopped(),
+            answer = async {
+                let _slot = self
+                    .slots
+                    .acquire()
+                    .await
+                    .expect("the semaphore is never closed");
+                send(req).await
+            } => answer,
         };
+        self.sent.fetch_add(1, Ordering::Relaxed);
         end.samples.push(Sample {
             endpoint,
             ms: answer.ms,
@@ -161,25 +262,27 @@ impl Ctx {
         let mut attempt = 1;
         loop {
             let answer = self.once(end, endpoint, make()).await;
-            let wait_ms = match answer.status {
-                // Exponential: a restarting server gets 100 + 200 + ... + 1,600 ms.
-                None => BACKOFF_MS << (attempt - 1),
-                Some(429) | Some(503) => answer
-                    .retry_after_s
-                    .map_or(1_000, |s| s * 1_000)
-                    .min(RETRY_AFTER_MS_MAX),
-                _ => return answer,
+            let Some(wait_ms) = client::retry_wait_ms(
+                answer.status,
+                answer.retry_after_s,
+                attempt,
+                BACKOFF_MS,
+                RETRY_AFTER_MS_MAX,
+            ) else {
+                return answer;
             };
-            if attempt >= ATTEMPTS_MAX {
+            if attempt >= ATTEMPTS_MAX || answer.label() == STOPPED {
                 return answer;
             }
             attempt += 1;
-            tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+            if !self.pause(Duration::from_millis(wait_ms)).await {
+                return Answer::stopped();
+            }
         }
     }
 
     fn elapsed_ms(&self) -> u64 {
-        self.start.elapsed().as_millis() as u64
+        self.start().elapsed().as_millis() as u64
     }
 }
 
@@ -237,10 +340,14 @@ async fn admitted(
             .get("eta_s")
             .and_then(|v| v.as_u64())
             .map_or(POLL_MS_MAX, |s| s * 1000 / 2);
-        tokio::time::sleep(Duration::from_millis(
-            eta_ms.clamp(POLL_MS_MIN, POLL_MS_MAX),
-        ))
-        .await;
+        if !ctx
+            .pause(Duration::from_millis(
+                eta_ms.clamp(POLL_MS_MIN, POLL_MS_MAX),
+            ))
+            .await
+        {
+            return Err(STOPPED.into());
+        }
         standing = ctx
             .again(end, Endpoint::Standing, || {
                 ctx.http
@@ -257,7 +364,14 @@ async fn admitted(
 
 async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
     let mut end = BuyerEnd::default();
-    tokio::time::sleep_until((ctx.start + Duration::from_millis(b.arrive_ms)).into()).await;
+    let arrive = ctx.start() + Duration::from_millis(b.arrive_ms);
+    if !ctx
+        .pause(arrive.saturating_duration_since(Instant::now()))
+        .await
+    {
+        end.outcome = STOPPED.into();
+        return end;
+    }
     let give_up_at = Instant::now() + Duration::from_millis(ctx.cfg.patience_ms);
     let arrival = ctx.arrivals.fetch_add(1, Ordering::Relaxed);
     if ctx.cfg.system == System::Ceiling {
@@ -265,11 +379,16 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
             .once(&mut end, Endpoint::Reserve, ctx.http.post(&ctx.cfg.base))
             .await;
         end.outcome = if a.ok() { "answered".into() } else { a.label() };
+        ctx.answered.fetch_add(1, Ordering::Relaxed);
         ctx.bar.inc(1);
         return end;
     }
     let Some((buyer_id, token)) = session(&ctx, &mut end, &b).await else {
-        end.outcome = "no_session".into();
+        end.outcome = if ctx.stop.is_stopped() {
+            STOPPED.into()
+        } else {
+            "no_session".into()
+        };
         return end;
     };
     let reservations = ctx.url(&format!("{}/reservations", ctx.product_path()));
@@ -279,7 +398,7 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
     // Before the first attempt leaves: the decision came after it.
     let mut first_sent_ms: Option<u64> = None;
     let reserved = loop {
-        if ctx.admission && ticket.is_none() {
+        if ctx.admission.load(Ordering::Relaxed) && ticket.is_none() {
             match admitted(&ctx, &mut end, &token, give_up_at).await {
                 Ok(t) => ticket = Some(t),
                 Err(why) => {
@@ -309,7 +428,9 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
         {
             // The edge's snapshot admitted the ticket before the object's
             // clock did: stand in line again, with the same key.
-            tokio::time::sleep(Duration::from_millis(POLL_MS_MIN)).await;
+            if !ctx.pause(Duration::from_millis(POLL_MS_MIN)).await {
+                break Answer::stopped();
+            }
             continue;
         }
         break answer;
@@ -327,7 +448,10 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
             Ordering::Relaxed,
         );
     }
-    ctx.bar.inc(1);
+    if end.outcome != STOPPED {
+        ctx.answered.fetch_add(1, Ordering::Relaxed);
+        ctx.bar.inc(1);
+    }
     if !reserved.ok() {
         return end;
     }
@@ -341,7 +465,7 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
         .and_then(|v| v.as_u64())
         .unwrap_or(0);
     let answered_ms = ctx.elapsed_ms();
-    let expires_ms = first_sent_ms.unwrap_or(answered_ms) + ctx.hold_ttl_ms;
+    let expires_ms = first_sent_ms.unwrap_or(answered_ms) + ctx.hold_ttl_ms.load(Ordering::Relaxed);
     end.reservation = Some(Held {
         id: rid.clone(),
         quantity,
@@ -357,6 +481,8 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
         end.confirmed = Some(rid);
         return end;
     }
+    // Without payment keys nobody can pay: the report says so, and which
+    // shares the buyers followed.
     let fate = match (b.fate, &ctx.cfg.payment_keys) {
         (Fate::Pay, None) => Fate::Abandon,
         (fate, _) => fate,
@@ -417,8 +543,9 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
                         h.until_ms = None;
                     }
                 }
-                // Unanswered, it may or may not have been confirmed: the
-                // hold is certain only until it would have expired.
+                // Unanswered (or cut short by a stop), it may or may not
+                // have been confirmed: the hold is certain only until it
+                // would have expired.
                 None | Some(500..) => end.confirm_unanswered = Some(rid.clone()),
                 _ => {}
             }
@@ -438,17 +565,108 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
     end
 }
 
-async fn read_json<T: for<'de> Deserialize<'de>>(req: RequestBuilder, what: &str) -> Result<T> {
-    let r = req
-        .send()
-        .await
-        .with_context(|| format!("{what}: no answer"))?;
-    let status = r.status();
-    let text = r.text().await.with_context(|| format!("{what}: body"))?;
-    if !status.is_success() {
-        bail!("{what}: {status}: {text}");
+/// How long one of the run's own requests may keep trying.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Patience {
+    /// During the run: `READ_PATIENCE_MS` in all, and a stop ends the wait.
+    Run,
+    /// After a stop: `FINAL_PATIENCE_MS`, whatever the stop.
+    Final,
+}
+
+/// What an answer that is not a 2xx was, in words.
+fn answer_text(a: &Answer) -> String {
+    match a.status {
+        None => "no answer (a network error or a timeout)".into(),
+        Some(status) => {
+            let detail = a
+                .body
+                .get("detail")
+                .and_then(|d| d.as_str())
+                .map(str::to_owned)
+                .unwrap_or_else(|| a.body.to_string());
+            format!("{status} {}: {detail}", a.label())
+        }
     }
-    serde_json::from_str(&text).with_context(|| format!("{what}: unexpected body {text}"))
+}
+
+/// One of the run's own requests (the setup, the stats, the origin's
+/// reads), all safe to repeat: retried on a network error, a 429 or a 503,
+/// waiting what `Retry-After` says. The 2xx answer, or why there is none.
+async fn call(
+    ctx: &Ctx,
+    what: &str,
+    make: impl Fn() -> RequestBuilder,
+    patience: Patience,
+) -> Result<Answer> {
+    let budget_ms = match patience {
+        Patience::Run => READ_PATIENCE_MS,
+        Patience::Final => FINAL_PATIENCE_MS,
+    };
+    let until = Instant::now() + Duration::from_millis(budget_ms);
+    let mut attempt = 1;
+    loop {
+        if patience == Patience::Run && ctx.stop.is_stopped() {
+            bail!("{what}: not read, the run was stopping");
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        let a = tokio::time::timeout(left, send(make()))
+            .await
+            .with_context(|| format!("{what}: no answer within {} s", budget_ms / 1000))?;
+        if a.ok() {
+            return Ok(a);
+        }
+        let why = answer_text(&a);
+        let wait_ms = client::retry_wait_ms(
+            a.status,
+            a.retry_after_s,
+            attempt,
+            BACKOFF_MS,
+            READ_RETRY_AFTER_MS_MAX,
+        );
+        let Some(wait_ms) = wait_ms else {
+            bail!("{what}: {why}");
+        };
+        let wait = Duration::from_millis(wait_ms);
+        let attempts_max = if a.status.is_none() {
+            READ_NETWORK_ATTEMPTS_MAX
+        } else {
+            READ_ATTEMPTS_MAX
+        };
+        if attempt >= attempts_max || Instant::now() + wait > until {
+            bail!("{what}: {why} (after {attempt} attempts)");
+        }
+        eprintln!(
+            "flashgate-load: {what}: {why}; trying again in {:.1} s{}",
+            wait.as_secs_f64(),
+            if a.retry_after_s.is_some() {
+                ", as its Retry-After says"
+            } else {
+                ""
+            }
+        );
+        ctx.read_retries.fetch_add(1, Ordering::Relaxed);
+        match patience {
+            Patience::Run => {
+                if !ctx.pause(wait).await {
+                    bail!("{what}: not read, the run was stopping");
+                }
+            }
+            Patience::Final => tokio::time::sleep(wait).await,
+        }
+        attempt += 1;
+    }
+}
+
+async fn read<T: for<'de> Deserialize<'de>>(
+    ctx: &Ctx,
+    what: &str,
+    make: impl Fn() -> RequestBuilder,
+    patience: Patience,
+) -> Result<T> {
+    let a = call(ctx, what, make, patience).await?;
+    serde_json::from_value(a.body.clone())
+        .with_context(|| format!("{what}: unexpected body {}", a.body))
 }
 
 /// Either system's stats.
@@ -457,19 +675,23 @@ enum Stats {
     Peer(PeerStats),
 }
 
-async fn stats(ctx: &Ctx) -> Result<Option<Stats>> {
-    let req = ctx
-        .http
-        .get(ctx.url(&format!("/admin/products/{}/stats", ctx.cfg.product)))
-        .bearer_auth(&ctx.cfg.admin_token);
+async fn stats(ctx: &Ctx, patience: Patience) -> Result<Option<Stats>> {
+    let make = || {
+        ctx.http
+            .get(ctx.url(&format!("/admin/products/{}/stats", ctx.cfg.product)))
+            .bearer_auth(&ctx.cfg.admin_token)
+    };
     Ok(match ctx.cfg.system {
-        System::Flashgate => Some(Stats::Gate(Box::new(read_json(req, "stats").await?))),
-        System::Peer => Some(Stats::Peer(read_json(req, "stats").await?)),
+        System::Flashgate => Some(Stats::Gate(Box::new(
+            read(ctx, "stats", make, patience).await?,
+        ))),
+        System::Peer => Some(Stats::Peer(read(ctx, "stats", make, patience).await?)),
         System::Ceiling => None,
     })
 }
 
-async fn setup(ctx: &Ctx, stock: u64) -> Result<()> {
+/// Sets the product up; whether this made it (201) rather than changed it.
+async fn setup(ctx: &Ctx, stock: u64) -> Result<bool> {
     let url = ctx.url(&format!("/admin/products/{}", ctx.cfg.product));
     let body = match ctx.cfg.system {
         System::Flashgate => json!({
@@ -485,21 +707,42 @@ async fn setup(ctx: &Ctx, stock: u64) -> Result<()> {
             stock_total: stock,
             per_buyer_max: ctx.cfg.quantity,
         })?,
-        System::Ceiling => return Ok(()),
+        System::Ceiling => return Ok(false),
     };
-    let r = ctx
-        .http
-        .put(url)
-        .bearer_auth(&ctx.cfg.admin_token)
-        .json(&body)
-        .send()
-        .await
-        .context("setup: no answer")?;
-    let status = r.status();
-    if !status.is_success() {
-        bail!("setup: {status}: {}", r.text().await.unwrap_or_default());
-    }
-    Ok(())
+    // The same whole configuration again changes nothing: safe to repeat.
+    let a = call(
+        ctx,
+        "setup",
+        || {
+            ctx.http
+                .put(&url)
+                .bearer_auth(&ctx.cfg.admin_token)
+                .json(&body)
+        },
+        Patience::Run,
+    )
+    .await?;
+    Ok(a.status == Some(201))
+}
+
+/// Closes a product the run made: the gate cannot delete one, so it stays
+/// listed, closed, and sells nothing more. Its confirmed orders still
+/// reach the origin.
+async fn close(ctx: &Ctx, patience: Patience) -> Result<()> {
+    let url = ctx.url(&format!("/admin/products/{}", ctx.cfg.product));
+    call(
+        ctx,
+        "closing the product",
+        || {
+            ctx.http
+                .put(&url)
+                .bearer_auth(&ctx.cfg.admin_token)
+                .json(&json!({ "mode": "closed" }))
+        },
+        patience,
+    )
+    .await
+    .map(|_| ())
 }
 
 /// Every order of the product at the origin.
@@ -525,7 +768,13 @@ async fn origin_orders(ctx: &Ctx, origin: &str, token: &str) -> Result<Vec<Store
         if let Some(a) = after {
             url.push_str(&format!("&after={a}"));
         }
-        let page: Page = read_json(ctx.http.get(url).bearer_auth(token), "origin orders").await?;
+        let page: Page = read(
+            ctx,
+            "origin orders",
+            || ctx.http.get(&url).bearer_auth(token),
+            Patience::Run,
+        )
+        .await?;
         out.extend(page.orders.into_iter().map(|r| {
             StoredOrder {
                 // The origin keys an order by `{product}:{reservation}`.
@@ -542,16 +791,259 @@ async fn origin_orders(ctx: &Ctx, origin: &str, token: &str) -> Result<Vec<Store
     }
 }
 
-pub async fn run(cfg: Config) -> Result<Report> {
-    let http = client::client(cfg.connections)?;
+/// What the run measured, as far as it got.
+#[derive(Default)]
+struct Measured {
+    /// The run made the product (rather than finding it).
+    created: bool,
+    /// Whether closing the product it made worked, and why not.
+    closed: Option<Result<(), String>>,
+    before: Option<Stats>,
+    last: Option<Stats>,
+    stock_total: u64,
+    ends: Vec<BuyerEnd>,
+    duration_s: f64,
+    settle_ms: Option<u64>,
+    orders: Option<Vec<StoredOrder>>,
+    drift_units: Option<i64>,
+    db_writes: Option<u64>,
+}
+
+/// A line of progress, for a log: what the buyers did so far.
+fn progress_line(ctx: &Ctx) -> String {
+    let s = ctx.start().elapsed().as_secs_f64();
+    let sent = ctx.sent.load(Ordering::Relaxed);
+    format!(
+        "flashgate-load: {s:.0} s · {} of {} buyers answered · {sent} requests ({:.0} req/s)",
+        ctx.answered.load(Ordering::Relaxed),
+        ctx.cfg.buyers,
+        sent as f64 / s.max(0.001)
+    )
+}
+
+/// The run, phase by phase, filling `m` in as it goes. An error stops it
+/// where it was; what was measured stays in `m`.
+async fn phases(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<()> {
+    if let Some(stock) = ctx.cfg.stock {
+        m.created = setup(ctx, stock).await?;
+    }
+    if ctx.cfg.system == System::Flashgate {
+        let product: serde_json::Value = read(
+            ctx,
+            "product",
+            || ctx.http.get(ctx.url(&ctx.product_path())),
+            Patience::Run,
+        )
+        .await?;
+        let field = |name: &str| product.get(name).and_then(|v| v.as_u64()).unwrap_or(0);
+        ctx.hold_ttl_ms
+            .store(field("hold_ttl_ms"), Ordering::Relaxed);
+        ctx.admission
+            .store(field("admit_per_s") > 0, Ordering::Relaxed);
+    }
+    m.before = stats(ctx, Patience::Run).await?;
+    m.stock_total = match &m.before {
+        Some(Stats::Gate(s)) => s.stock_total,
+        Some(Stats::Peer(s)) => s.stock_total,
+        None => 0,
+    };
+
     let crowd = plan::crowd(
-        cfg.seed,
-        cfg.buyers,
-        cfg.arrival,
-        cfg.shares,
-        &format!("s{}", cfg.seed),
+        ctx.cfg.seed,
+        ctx.cfg.buyers,
+        ctx.cfg.arrival,
+        ctx.cfg.shares,
+        &format!("s{}", ctx.cfg.seed),
     );
-    let bar = if cfg.progress {
+    let _ = ctx.start.set(Instant::now());
+    let lines = (ctx.cfg.progress == Progress::Lines).then(|| {
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            let every = Duration::from_millis(PROGRESS_LINE_MS);
+            let mut tick = tokio::time::interval_at((Instant::now() + every).into(), every);
+            loop {
+                tick.tick().await;
+                eprintln!("{}", progress_line(&ctx));
+            }
+        })
+    });
+    let tasks: Vec<_> = crowd
+        .into_iter()
+        .map(|b| tokio::spawn(buyer(ctx.clone(), b)))
+        .collect();
+    // After a stop every buyer ends at its next step, so this stays short.
+    let mut panicked = false;
+    for t in tasks {
+        match t.await {
+            Ok(end) => m.ends.push(end),
+            Err(_) => {
+                panicked = true;
+                ctx.stop.stop("a buyer's task panicked");
+            }
+        }
+    }
+    m.duration_s = ctx.start().elapsed().as_secs_f64();
+    ctx.bar.finish_and_clear();
+    if let Some(lines) = lines {
+        lines.abort();
+        eprintln!("{}", progress_line(ctx));
+    }
+    if panicked {
+        bail!("a buyer's task panicked");
+    }
+    if ctx.stop.is_stopped() {
+        // One last look at the gate's numbers, briefly: the user asked to
+        // stop, and the report is what is left to give.
+        m.last = stats(ctx, Patience::Final).await.ok().flatten();
+        return Ok(());
+    }
+    m.last = stats(ctx, Patience::Run).await?;
+
+    // Settle: the outbox drains (flashgate), the queue's consumer catches
+    // up (a peer), bounded by the timeout.
+    let finished = Instant::now();
+    let settle_deadline = finished + Duration::from_millis(ctx.cfg.settle_timeout_ms);
+    let mut said = finished;
+    let settled = loop {
+        let done = match &m.last {
+            // Units too: a product of several stock shards counts the
+            // shards' outboxes there (as their reports gave them).
+            Some(Stats::Gate(s)) => s.outbox.backlog == 0 && s.outbox.backlog_units == 0,
+            Some(Stats::Peer(s)) => s.settled,
+            None => true,
+        };
+        if done || Instant::now() >= settle_deadline {
+            break done;
+        }
+        if !ctx.pause(Duration::from_millis(SETTLE_POLL_MS)).await {
+            return Ok(());
+        }
+        m.last = stats(ctx, Patience::Run).await?;
+        if ctx.cfg.progress == Progress::Lines
+            && said.elapsed() >= Duration::from_millis(PROGRESS_LINE_MS)
+        {
+            said = Instant::now();
+            if let Some(Stats::Gate(s)) = &m.last {
+                eprintln!(
+                    "flashgate-load: settling: {} events still in the outbox",
+                    s.outbox.backlog
+                );
+            }
+        }
+    };
+    // Without an origin to read, the orders are not checked, and not
+    // settling is a figure (`settle_ms` none), not a stop.
+    let checks_orders = match &m.last {
+        Some(Stats::Gate(_)) => ctx.cfg.origin.is_some() && ctx.cfg.origin_read_token.is_some(),
+        Some(Stats::Peer(_)) => true,
+        None => false,
+    };
+    if !settled && !checks_orders {
+        return Ok(());
+    }
+    if !settled {
+        let left = match &m.last {
+            Some(Stats::Gate(s)) => format!("the outbox still held {} events", s.outbox.backlog),
+            _ => "the system had not settled".into(),
+        };
+        // The orders cannot be judged before they are all delivered.
+        ctx.stop.stop(format!(
+            "{left} after --settle-timeout-ms {}; the orders were not checked",
+            ctx.cfg.settle_timeout_ms
+        ));
+        return Ok(());
+    }
+    m.settle_ms = Some(finished.elapsed().as_millis() as u64);
+    // A product of several stock shards knows its shards' figures from
+    // their reports, each at most a few report intervals old: the figures
+    // the verdict judges are read once every shard has reported since.
+    if matches!(&m.last, Some(Stats::Gate(s)) if s.escrow.is_some()) {
+        if !ctx
+            .pause(Duration::from_millis(ESCROW_REPORTS_WAIT_MS))
+            .await
+        {
+            return Ok(());
+        }
+        m.last = stats(ctx, Patience::Run).await?;
+    }
+
+    match (
+        &m.last,
+        ctx.cfg.origin.as_deref(),
+        ctx.cfg.origin_read_token.as_deref(),
+    ) {
+        (Some(Stats::Gate(g)), Some(origin), Some(token)) => {
+            let orders = origin_orders(ctx, origin, token).await?;
+            let totals: OriginTotals = read(
+                ctx,
+                "origin product",
+                || {
+                    ctx.http
+                        .get(format!("{origin}/v1/products/{}", ctx.cfg.product))
+                        .bearer_auth(token)
+                },
+                Patience::Run,
+            )
+            .await?;
+            m.drift_units = Some(g.drift_units(totals.sold));
+            // One row per order: the origin writes nothing else per order.
+            m.db_writes = Some(orders.len() as u64);
+            m.orders = Some(orders);
+        }
+        (Some(Stats::Peer(p)), _, _) => {
+            let orders: PeerOrders = read(
+                ctx,
+                "peer orders",
+                || {
+                    ctx.http
+                        .get(ctx.url(&format!("/admin/products/{}/orders", ctx.cfg.product)))
+                        .bearer_auth(&ctx.cfg.admin_token)
+                },
+                Patience::Run,
+            )
+            .await?;
+            m.db_writes = Some(p.db_writes);
+            m.drift_units = Some(p.sold as i64 - p.order_units as i64);
+            m.orders = Some(
+                orders
+                    .orders
+                    .into_iter()
+                    .map(|o| StoredOrder {
+                        reservation_id: o.reservation_id,
+                        quantity: o.quantity,
+                        counts: true,
+                    })
+                    .collect(),
+            );
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The reserves, confirms and cancels the object decided: the commands
+/// buyers cause. Reads by anyone else (the console's polls of the stats
+/// and the product) are not among them.
+fn decisions(s: &GateStats) -> u64 {
+    let c = &s.counters;
+    [&c.reserve, &c.confirm, &c.cancel]
+        .iter()
+        .flat_map(|m| m.values())
+        .sum()
+}
+
+/// Runs the sale and reports what it measured, however far it got. A stop
+/// (`stop`, an error, the settle timeout) makes the report incomplete,
+/// never absent.
+pub async fn run(cfg: Config, stop: Arc<Stop>) -> Report {
+    let http = match client::client(cfg.connections) {
+        Ok(h) => h,
+        Err(e) => {
+            stop.stop(format!("the HTTP client: {e}"));
+            return report(&cfg, Measured::default(), 0, stop.reason());
+        }
+    };
+    let bar = if cfg.progress == Progress::Bar {
         ProgressBar::new(cfg.buyers)
     } else {
         ProgressBar::hidden()
@@ -563,85 +1055,52 @@ pub async fn run(cfg: Config) -> Result<Report> {
         .expect("a valid template")
         .progress_chars("=> "),
     );
-    let mut ctx = Ctx {
+    let ctx = Arc::new(Ctx {
         slots: Semaphore::new(cfg.connections),
         cfg,
         http,
-        start: Instant::now(),
+        stop,
+        start: OnceLock::new(),
         arrivals: AtomicU64::new(0),
         services: AtomicU64::new(0),
+        sent: AtomicU64::new(0),
+        answered: AtomicU64::new(0),
         sold_out_at: AtomicU64::new(0),
         last_confirm_at: AtomicU64::new(0),
+        read_retries: AtomicU64::new(0),
         bar,
-        admission: false,
-        hold_ttl_ms: 0,
-    };
-    if let Some(stock) = ctx.cfg.stock {
-        setup(&ctx, stock).await?;
+        admission: AtomicBool::new(false),
+        hold_ttl_ms: AtomicU64::new(0),
+    });
+    let mut m = Measured::default();
+    if let Err(e) = phases(&ctx, &mut m).await {
+        ctx.stop.stop(format!("{e:#}"));
     }
-    if ctx.cfg.system == System::Flashgate {
-        let product: serde_json::Value =
-            read_json(ctx.http.get(ctx.url(&ctx.product_path())), "product").await?;
-        ctx.hold_ttl_ms = product
-            .get("hold_ttl_ms")
-            .and_then(|v| v.as_u64())
-            .unwrap_or(0);
-        ctx.admission = product
-            .get("admit_per_s")
-            .and_then(|v| v.as_u64())
-            .unwrap_or(0)
-            > 0;
-    }
-    let before = stats(&ctx).await?;
-    let stock_total = match &before {
-        Some(Stats::Gate(s)) => s.stock_total,
-        Some(Stats::Peer(s)) => s.stock_total,
-        None => 0,
-    };
-    ctx.start = Instant::now();
-    let ctx = Arc::new(ctx);
-    let tasks: Vec<_> = crowd
-        .into_iter()
-        .map(|b| tokio::spawn(buyer(ctx.clone(), b)))
-        .collect();
-    let mut ends = Vec::with_capacity(tasks.len());
-    for t in tasks {
-        ends.push(t.await.context("a buyer's task panicked")?);
-    }
-    let duration_s = ctx.start.elapsed().as_secs_f64();
-    ctx.bar.finish_and_clear();
-    let after = stats(&ctx).await?;
-
-    // Settle: the outbox drains (flashgate), the queue's consumer catches
-    // up (a peer), bounded by the timeout.
-    let finished_ms = ctx.elapsed_ms();
-    let settle_deadline = Instant::now() + Duration::from_millis(ctx.cfg.settle_timeout_ms);
-    let mut last = after;
-    let settled = loop {
-        let done = match &last {
-            // Units too: a product of several stock shards counts the
-            // shards' outboxes there (as their reports gave them).
-            Some(Stats::Gate(s)) => s.outbox.backlog == 0 && s.outbox.backlog_units == 0,
-            Some(Stats::Peer(s)) => s.settled,
-            None => true,
+    if m.created {
+        let patience = if ctx.stop.is_stopped() {
+            Patience::Final
+        } else {
+            Patience::Run
         };
-        if done || Instant::now() >= settle_deadline {
-            break done;
-        }
-        tokio::time::sleep(Duration::from_millis(SETTLE_POLL_MS)).await;
-        last = stats(&ctx).await?;
-    };
-    let settle_ms = settled.then(|| ctx.elapsed_ms().saturating_sub(finished_ms));
-    // A product of several stock shards knows its shards' figures from
-    // their reports, each at most a few report intervals old: the figures
-    // the verdict judges are read once every shard has reported since.
-    if matches!(&last, Some(Stats::Gate(s)) if s.escrow.is_some()) {
-        tokio::time::sleep(Duration::from_millis(ESCROW_REPORTS_WAIT_MS)).await;
-        last = stats(&ctx).await?;
+        m.closed = Some(close(&ctx, patience).await.map_err(|e| format!("{e:#}")));
     }
+    let incomplete = ctx.stop.reason();
+    let retries = ctx.read_retries.load(Ordering::Relaxed);
+    let sell_out_ms = match ctx.sold_out_at.load(Ordering::Relaxed) {
+        0 => None,
+        t => Some(t - 1),
+    };
+    let mut r = report(&ctx.cfg, m, retries, incomplete);
+    r.sell_out_ms = sell_out_ms;
+    r
+}
 
+/// The report of what `m` holds.
+fn report(cfg: &Config, m: Measured, read_retries: u64, incomplete: Option<String>) -> Report {
     let mut seen = Observed {
-        stock_total,
+        stock_total: m.stock_total,
+        orders: m.orders,
+        drift_units: m.drift_units,
         ..Observed::default()
     };
     let mut per_endpoint: BTreeMap<Endpoint, (Vec<f64>, BTreeMap<String, u64>)> = BTreeMap::new();
@@ -651,7 +1110,7 @@ pub async fn run(cfg: Config) -> Result<Report> {
     let mut requests = 0u64;
     let mut reserve_requests = 0u64;
     let mut sold_out_ms = Vec::new();
-    for end in ends {
+    for end in m.ends {
         for s in end.samples {
             requests += 1;
             if s.endpoint == Endpoint::Reserve {
@@ -674,87 +1133,44 @@ pub async fn run(cfg: Config) -> Result<Report> {
         seen.confirm_unanswered.extend(end.confirm_unanswered);
         seen.forgotten.extend(end.forgotten);
     }
-
-    let (reached_object, db_writes) = match (&before, &last) {
+    let reached_object = match (&m.before, &m.last) {
         (Some(Stats::Gate(b)), Some(Stats::Gate(a))) => {
-            // Each stats read is a command too: the one after the run.
-            let commands = a
-                .work
-                .commands
-                .saturating_sub(b.work.commands)
-                .saturating_sub(1);
-            (Some(commands as f64 / requests.max(1) as f64), None)
+            let own = decisions(a).saturating_sub(decisions(b));
+            Some(own as f64 / requests.max(1) as f64)
         }
-        (Some(Stats::Peer(_)), Some(Stats::Peer(a))) => (None, Some(a.db_writes)),
-        _ => (None, None),
+        _ => None,
     };
-    let mut origin_db_writes = None;
-    match (
-        &last,
-        ctx.cfg.origin.as_deref(),
-        ctx.cfg.origin_read_token.as_deref(),
-    ) {
-        (Some(Stats::Gate(g)), Some(origin), Some(token)) => {
-            let orders = origin_orders(&ctx, origin, token).await?;
-            let totals: OriginTotals = read_json(
-                ctx.http
-                    .get(format!("{origin}/v1/products/{}", ctx.cfg.product))
-                    .bearer_auth(token),
-                "origin product",
-            )
-            .await?;
-            seen.drift_units = Some(g.drift_units(totals.sold));
-            // One row per order: the origin writes nothing else per order.
-            origin_db_writes = Some(orders.len() as u64);
-            seen.orders = Some(orders);
+    let shares = match cfg.system {
+        System::Flashgate => {
+            let used = cfg.shares.followed(cfg.payment_keys.is_some());
+            Some(SharesUsed {
+                pay: used.pay,
+                cancel: used.cancel,
+                abandon: used.abandon(),
+                note: (used != cfg.shares).then(|| no_payment_keys(cfg.shares)),
+            })
         }
-        (Some(Stats::Peer(p)), _, _) => {
-            let orders: PeerOrders = read_json(
-                ctx.http
-                    .get(ctx.url(&format!("/admin/products/{}/orders", ctx.cfg.product)))
-                    .bearer_auth(&ctx.cfg.admin_token),
-                "peer orders",
-            )
-            .await?;
-            seen.drift_units = Some(p.sold as i64 - p.order_units as i64);
-            seen.orders = Some(
-                orders
-                    .orders
-                    .into_iter()
-                    .map(|o| StoredOrder {
-                        reservation_id: o.reservation_id,
-                        quantity: o.quantity,
-                        counts: true,
-                    })
-                    .collect(),
-            );
-        }
-        _ => {}
-    }
-    let db_writes = db_writes.or(origin_db_writes);
-    let escrow = match &last {
+        System::Peer | System::Ceiling => None,
+    };
+    let escrow = match &m.last {
         Some(Stats::Gate(s)) => s
             .escrow
             .as_ref()
             .map(|e| EscrowFigures::of(e, s.available, reserve_requests)),
         _ => None,
     };
-    let verdict = if ctx.cfg.system == System::Ceiling {
-        None
-    } else {
-        Some(verdict::judge(&seen))
-    };
-    Ok(Report {
-        system: ctx.cfg.system,
-        base: ctx.cfg.base.clone(),
-        product: ctx.cfg.product.clone(),
-        seed: ctx.cfg.seed,
-        buyers: ctx.cfg.buyers,
-        connections: ctx.cfg.connections as u64,
-        stock_total,
-        duration_s,
+    let verdict = (cfg.system != System::Ceiling).then(|| verdict::judge(&seen));
+    Report::judged(Report {
+        system: cfg.system,
+        base: cfg.base.clone(),
+        product: cfg.product.clone(),
+        seed: cfg.seed,
+        buyers: cfg.buyers,
+        connections: cfg.connections as u64,
+        stock_total: m.stock_total,
+        duration_s: m.duration_s,
         requests,
-        throughput_rps: requests as f64 / duration_s,
+        throughput_rps: requests as f64 / m.duration_s.max(f64::MIN_POSITIVE),
         endpoints: per_endpoint
             .into_iter()
             .map(|(e, (samples, labels))| {
@@ -769,19 +1185,38 @@ pub async fn run(cfg: Config) -> Result<Report> {
             .collect(),
         outcomes,
         fates,
+        shares,
         sold_out_latency: (!sold_out_ms.is_empty()).then(|| Latency::of(sold_out_ms)),
         reached_object,
-        sell_out_ms: match ctx.sold_out_at.load(Ordering::Relaxed) {
-            0 => None,
-            t => Some(t - 1),
-        },
-        settle_ms,
+        sell_out_ms: None,
+        settle_ms: m.settle_ms,
         fairness_tau: kendall_tau(&ranks),
         fairness_pairs: ranks.len() as u64,
-        db_writes,
-        db_writes_per_reserve: db_writes.map(|w| w as f64 / reserve_requests.max(1) as f64),
+        db_writes: m.db_writes,
+        db_writes_per_reserve: m
+            .db_writes
+            .map(|w| w as f64 / reserve_requests.max(1) as f64),
         reserve_requests,
+        read_retries,
+        product_made: m.closed.map(|c| match c {
+            Ok(()) => Cleanup::Closed,
+            Err(why) => Cleanup::NotClosed { why },
+        }),
+        incomplete,
         verdict,
         escrow,
+        status: Status::Pass,
     })
+}
+
+/// What the report says when buyers could not pay.
+pub fn no_payment_keys(asked: Shares) -> String {
+    format!(
+        "no --payment-keys: nobody could pay, so the {}% who would have paid walked away \
+         (asked for {},{},{})",
+        asked.pay,
+        asked.pay,
+        asked.cancel,
+        asked.abandon()
+    )
 }

@@ -89,6 +89,9 @@ pub struct Verdict {
     pub drift_units: Option<i64>,
     /// Acknowledged reservations the system later did not know.
     pub forgotten_reservations: u64,
+    /// Whether the database's orders were read, and so the checks on them
+    /// made (a run that stopped early may not have got there).
+    pub orders_checked: bool,
     pub violations: Vec<String>,
 }
 
@@ -118,6 +121,7 @@ pub fn judge(seen: &Observed) -> Verdict {
             seen.forgotten.len()
         ));
     }
+    v.orders_checked = seen.orders.is_some();
     if let Some(orders) = &seen.orders {
         let mut per_id: BTreeMap<&str, u64> = BTreeMap::new();
         for o in orders {

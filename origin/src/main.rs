@@ -119,6 +119,10 @@ enum Command {
         /// Products to check; all the origin knows if none.
         #[arg(long = "product")]
         products: Vec<String>,
+        /// Print one JSON line per product, then one with the totals,
+        /// instead of the summary for a person.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -228,6 +232,7 @@ async fn main() -> anyhow::Result<()> {
             gate_ca,
             admin_token,
             products,
+            json,
         } => {
             let database = Db::connect(db.database_url.as_deref(), &db.data_dir).await?;
             let client = reconcile::client(&gate_url, gate_ca.as_deref())?;
@@ -235,13 +240,17 @@ async fn main() -> anyhow::Result<()> {
                 reconcile::reconcile(&database, &client, &gate_url, &admin_token, &products)
                     .await?;
             let drift = report.iter().any(|p| !p.ok);
-            for p in &report {
-                println!("{}", serde_json::to_string(p)?);
+            if json {
+                for p in &report {
+                    println!("{}", serde_json::to_string(p)?);
+                }
+                println!(
+                    "{}",
+                    serde_json::json!({ "products": report.len(), "drift": drift })
+                );
+            } else {
+                print!("{}", reconcile::summary(&report));
             }
-            println!(
-                "{}",
-                serde_json::json!({ "products": report.len(), "drift": drift })
-            );
             database.close().await;
             if drift {
                 std::process::exit(2);

@@ -105,6 +105,57 @@ pub fn findings(gate: Option<&GateStats>, origin: Option<(&Product, OrderSums)>)
     out
 }
 
+/// The report in words, for a person: a line per product with both sides'
+/// numbers and its findings, then the overall answer. `--json` prints the
+/// same report as JSON lines instead.
+pub fn summary(report: &[ProductDrift]) -> String {
+    use std::fmt::Write as _;
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    let width = report
+        .iter()
+        .map(|p| p.product_id.len())
+        .max()
+        .unwrap_or(0)
+        .max("product".len());
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<width$}  {:<5}  {:>10}  {:>10}  {:>10}  {:>6}",
+        "product", "state", "gate sold", "origin", "in outbox", "drift"
+    );
+    for p in report {
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:<5}  {:>10}  {:>10}  {:>10}  {:>6}",
+            p.product_id,
+            if p.ok { "ok" } else { "DRIFT" },
+            opt(p
+                .gate_sold
+                .zip(p.gate_stock_total)
+                .map(|(s, t)| format!("{s}/{t}"))),
+            opt(p.origin_sold.map(|s| s.to_string())),
+            opt(p.gate_backlog_units.map(|u| u.to_string())),
+            p.drift_units
+        );
+        for why in &p.problems {
+            let _ = writeln!(out, "{:<width$}  - {why}", "");
+        }
+    }
+    let bad = report.iter().filter(|p| !p.ok).count();
+    let _ = match (report.len(), bad) {
+        (0, _) => writeln!(out, "No products to compare: the origin knows none yet."),
+        (n, 0) => writeln!(
+            out,
+            "All {n} products agree: every unit sold at the gate is at the origin or on its way."
+        ),
+        (n, b) => writeln!(
+            out,
+            "{b} of {n} products disagree (exit 2); the lines above say how."
+        ),
+    };
+    out
+}
+
 /// Whether the findings are a healthy state. A product the gate knows and
 /// the origin has not heard of is fine while nothing is sold; a product the
 /// origin knows and the gate does not is not.
@@ -327,6 +378,64 @@ mod tests {
             assert_eq!(got, want);
             assert_eq!(healthy(&got, g.as_ref()), ok, "{want:?}");
         }
+    }
+
+    fn drift(id: &str, g: Option<GateStats>, o: Option<(Product, OrderSums)>) -> ProductDrift {
+        let found = findings(g.as_ref(), o.as_ref().map(|(p, s)| (p, *s)));
+        ProductDrift {
+            product_id: id.into(),
+            gate_stock_total: g.as_ref().map(|g| g.stock_total),
+            gate_sold: g.as_ref().map(|g| g.sold),
+            gate_backlog_units: g.as_ref().map(|g| g.outbox.backlog_units),
+            gate_backlog: g.as_ref().map(|g| g.outbox.backlog),
+            origin_stock_total: o.as_ref().map(|(p, _)| p.stock_total),
+            origin_sold: o.as_ref().map(|(p, _)| p.sold),
+            origin_orders_rejected: o.as_ref().map(|(p, _)| p.orders_rejected),
+            drift_units: found
+                .iter()
+                .find_map(|f| match f {
+                    Finding::Drift { units } => Some(*units),
+                    _ => None,
+                })
+                .unwrap_or(0),
+            ok: healthy(&found, g.as_ref()),
+            problems: found.iter().map(Finding::describe).collect(),
+            findings: found,
+        }
+    }
+
+    #[test]
+    fn the_summary_says_each_products_numbers_and_what_is_wrong() {
+        let report = [
+            drift("tee", Some(gate(3, 1)), Some(origin(2, 2, 0))),
+            drift("mug-long-name", Some(gate(3, 0)), Some(origin(2, 2, 0))),
+            drift("gone", None, Some(origin(2, 2, 0))),
+        ];
+        let text = summary(&report);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "product        state   gate sold      origin   in outbox   drift",
+                "tee            ok           3/10           2           1       0",
+                "mug-long-name  DRIFT        3/10           2           0       1",
+                "               - 1 units sold at the gate are neither at the origin nor in the outbox",
+                "gone           DRIFT           -           2           -      -2",
+                "               - the gate does not know this product",
+                "               - -2 units sold at the gate are neither at the origin nor in the outbox",
+                "2 of 3 products disagree (exit 2); the lines above say how.",
+            ],
+            "{text}"
+        );
+        let fine = summary(&report[..1]);
+        assert!(
+            fine.ends_with("All 1 products agree: every unit sold at the gate is at the origin or on its way.\n"),
+            "{fine}"
+        );
+        assert_eq!(
+            summary(&[]).trim(),
+            "product  state   gate sold      origin   in outbox   drift\nNo products to compare: the origin knows none yet."
+        );
     }
 
     #[test]

@@ -49,6 +49,17 @@ test("100 confirmed reservations reach the origin exactly once; reconciliation f
   assert.equal(rec.code, 0, JSON.stringify(rec));
   assert.equal(rec.products[0].drift_units, 0);
   assert.equal(rec.summary.drift, false);
+  // Without --json, the same in words: a line per product, then the answer.
+  // A made-up product, which neither side knows, is named as a finding.
+  const human = await reconcile({ dataDir: origin.dataDir, gateUrl: gate.url, products: ["fwd"], json: false });
+  assert.equal(human.code, 0, JSON.stringify(human));
+  assert.match(human.text, new RegExp(`^fwd +ok +${s.sold}/500 +${s.sold} +0 +0$`, "m"), human.text);
+  assert.match(human.text, /^All 1 products agree/m, human.text);
+  const unknown = await reconcile({ dataDir: origin.dataDir, gateUrl: gate.url, products: ["fwd", "nope"], json: false });
+  assert.equal(unknown.code, 2, JSON.stringify(unknown));
+  assert.match(unknown.text, /^nope +DRIFT +- +- +- +0$/m, unknown.text);
+  assert.match(unknown.text, /^ +- the gate does not know this product$/m, unknown.text);
+  assert.match(unknown.text, /^1 of 2 products disagree \(exit 2\)/m, unknown.text);
 }));
 
 test("the origin down for 30 s: buying goes on, and every order arrives once", () => withGate({ origin: true }, async (sys) => {

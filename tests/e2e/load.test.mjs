@@ -4,7 +4,7 @@
 // scripts/test makes.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { execFile, execFileSync } from "node:child_process";
+import { execFile, execFileSync, spawn } from "node:child_process";
 import { join } from "node:path";
 import * as keys from "../support/keys.mjs";
 import { ROOT } from "../support/runtime.mjs";
@@ -13,16 +13,40 @@ import { withGate } from "../support/system.mjs";
 const target = JSON.parse(execFileSync("cargo", ["metadata", "--format-version", "1", "--no-deps"], { cwd: ROOT })).target_directory;
 const LOAD = join(target, "debug", "flashgate-load");
 
-function load(args) {
+/** Runs flashgate-load with `args`; resolves to its exit code, JSON report
+ * and stderr. `signal` ({ name, afterMs }) sends it a signal mid-run. */
+function load(args, { signal } = {}) {
   return new Promise((ok) => {
-    execFile(LOAD, [...args, "--json"], { env: { ...process.env, FLASHGATE_ADMIN_TOKEN: keys.ADMIN_TOKEN }, maxBuffer: 1 << 24 }, (err, stdout, stderr) => {
-      ok({ code: err ? err.code : 0, report: stdout ? JSON.parse(stdout) : null, stderr });
+    const proc = spawn(LOAD, [...args, "--json"], { env: { ...process.env, FLASHGATE_ADMIN_TOKEN: keys.ADMIN_TOKEN } });
+    let stdout = "";
+    let stderr = "";
+    proc.stdout.on("data", (d) => (stdout += d));
+    proc.stderr.on("data", (d) => (stderr += d));
+    const timer = signal && setTimeout(() => proc.kill(signal.name), signal.afterMs);
+    proc.on("close", (code) => {
+      clearTimeout(timer);
+      ok({ code, report: stdout ? JSON.parse(stdout) : null, stderr });
     });
   });
 }
 
-test("a sale through the waiting room with dev sessions: pay, cancel and walk away; the verdict holds", { timeout: 180_000 }, () => withGate({ origin: true }, async ({ gate, origin }) => {
-  const { code, report, stderr } = await load([
+/** The commands the object decided, by the gate's own counters. */
+const decisions = (stats) => ["reserve", "confirm", "cancel"].reduce((a, op) => a + Object.values(stats.counters[op]).reduce((x, y) => x + y, 0), 0);
+
+test("a sale through the waiting room with dev sessions: pay, cancel and walk away; the verdict holds", { timeout: 180_000 }, () => withGate({ origin: true }, async ({ api, gate, origin }) => {
+  // An admin console open on the product all along: its polls of the
+  // stats and the product reach the object too, and must not be counted
+  // as the run's.
+  let polling = true;
+  let polls = 0;
+  const console_ = (async () => {
+    while (polling) {
+      const s = await api.stats("load-room");
+      if (s.status === 200) polls += 1;
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  })();
+  const run = load([
     "--url", gate.url, "--product", "load-room", "--stock", "40", "--buyers", "300", "--connections", "32",
     "--admit-per-s", "400", "--shares", "60,20,20", "--hold-ttl-ms", "2000", "--seed", "11",
     // Buyers keep arriving for 4 s. The edge answers sold out from a
@@ -33,7 +57,12 @@ test("a sale through the waiting room with dev sessions: pay, cancel and walk aw
     "--arrival", "ramp:4000",
     "--payment-keys", keys.PAYMENT_KEYS, "--origin", origin.url, "--origin-read-token", keys.READ_TOKEN,
   ]);
+  const { code, report, stderr } = await run;
+  polling = false;
+  await console_;
   assert.equal(code, 0, `exit ${code}: ${stderr} ${JSON.stringify(report?.verdict)}`);
+  assert.equal(report.status, "pass");
+  assert.equal(report.incomplete, null);
   const seen = `seed 11: ${JSON.stringify({ outcomes: report.outcomes, fates: report.fates, verdict: report.verdict })}`;
   // Every buyer came to an end, through the dev session and the room.
   assert.equal(Object.values(report.outcomes).reduce((a, b) => a + b, 0), 300, seen);
@@ -47,11 +76,117 @@ test("a sale through the waiting room with dev sessions: pay, cancel and walk aw
   assert.equal(report.verdict.drift_units, 0, seen);
   assert.ok(report.fairness_pairs >= 40 && report.fairness_tau > -1 && report.fairness_tau <= 1, seen);
   assert.ok(report.reached_object > 0 && report.reached_object < 1, seen);
+  // What reached the object were the buyers' own reserves, confirms and
+  // cancels, at most one decision each: the console's polls are not among
+  // them.
+  assert.ok(polls > 50, `the console polled (${polls})`);
+  const own = ["reserve", "confirm", "cancel"].reduce((a, e) => a + report.endpoints[e].latency.count, 0);
+  assert.ok(Math.round(report.reached_object * report.requests) <= own, `${report.reached_object} of ${report.requests} requests, ${own} of them reserves, confirms or cancels: ${seen}`);
   assert.equal(report.db_writes, report.fates.pay, `one origin row per paid order: ${seen}`);
+  assert.deepEqual(report.shares, { pay: 60, cancel: 20, abandon: 20, note: null });
+  // The run made the product, and closed it at its end.
+  assert.deepEqual(report.product_made, { left: "closed" });
+  assert.equal((await api.stats("load-room")).body.state, "closed");
 }));
 
-test("a refused setup or an unreachable gate is exit 2, not a verdict", async () => {
-  const { code, stderr } = await load(["--url", "http://127.0.0.1:9", "--stock", "1", "--buyers", "1"]);
+test("stopped by SIGINT mid-sale, it still reports what it measured, marked incomplete, and closes its product", { timeout: 120_000 }, () => withGate({ origin: true }, async ({ api, gate }) => {
+  const before = Date.now();
+  const { code, report, stderr } = await load([
+    "--url", gate.url, "--product", "load-stop", "--stock", "50", "--buyers", "400", "--connections", "16",
+    "--arrival", "ramp:30000", "--shares", "50,50,0", "--seed", "12", "--progress", "lines",
+    "--buyer-keys", keys.BUYER_TOKEN_KEYS, "--payment-keys", keys.PAYMENT_KEYS,
+  ], { signal: { name: "SIGINT", afterMs: 4_000 } });
+  const seen = `seed 12: ${stderr} ${JSON.stringify({ incomplete: report?.incomplete, outcomes: report?.outcomes, verdict: report?.verdict })}`;
+  assert.ok(Date.now() - before < 30_000, `it stopped well before the 30 s ramp ended: ${seen}`);
+  assert.equal(code, 2, seen);
+  assert.equal(report.status, "incomplete", seen);
+  assert.match(report.incomplete, /interrupted \(SIGINT\)/, seen);
+  // What it measured before the stop: some buyers served, the rest
+  // stopped, none of them lost from the count.
+  assert.equal(Object.values(report.outcomes).reduce((a, b) => a + b, 0), 400, seen);
+  assert.ok(report.outcomes.stopped > 100 && report.outcomes.reserved > 0, seen);
+  assert.ok(report.requests > 0 && report.endpoints.reserve.latency.count > 0, seen);
+  // The checks it could make passed; the orders it never read are said to be unchecked.
+  assert.deepEqual(report.verdict.violations, [], seen);
+  assert.equal(report.verdict.orders_checked, false, seen);
+  // Progress came as lines, since its stderr is not a terminal.
+  assert.match(stderr, /flashgate-load: \d+ s · \d+ of 400 buyers answered/, seen);
+  assert.deepEqual(report.product_made, { left: "closed" }, seen);
+  const stats = await api.stats("load-stop");
+  assert.equal(stats.body.state, "closed", seen);
+}));
+
+test("--deadline-s and SIGTERM stop a run as Ctrl-C does: a report, incomplete, saying why", { timeout: 120_000 }, () => withGate({}, async ({ gate }) => {
+  const args = (product, seed) => [
+    "--url", gate.url, "--product", product, "--stock", "20", "--buyers", "200", "--connections", "8",
+    "--arrival", "ramp:30000", "--seed", String(seed), "--buyer-keys", keys.BUYER_TOKEN_KEYS, "--payment-keys", keys.PAYMENT_KEYS,
+  ];
+  const deadline = await load([...args("load-deadline", 16), "--deadline-s", "2"]);
+  const seen = `seed 16: ${deadline.stderr} ${JSON.stringify(deadline.report?.outcomes)}`;
+  assert.equal(deadline.code, 2, seen);
+  assert.equal(deadline.report.incomplete, "the run reached --deadline-s 2", seen);
+  assert.ok(deadline.report.outcomes.stopped > 0 && deadline.report.requests > 0, seen);
+  assert.deepEqual(deadline.report.product_made, { left: "closed" }, seen);
+  const term = await load(args("load-term", 17), { signal: { name: "SIGTERM", afterMs: 2_000 } });
+  assert.equal(term.code, 2, term.stderr);
+  assert.equal(term.report.incomplete, "terminated (SIGTERM)", term.stderr);
+  assert.equal(term.report.status, "incomplete");
+}));
+
+test("its own reads meet the admin rate limit: it waits as Retry-After says and finishes; an error later still reports, incomplete", { timeout: 180_000 }, () => withGate({ origin: true, vars: { RATE_LIMITS: "ip=1000000/10;buyer=1000000/10;admin=2/10" } }, async ({ gate, origin }) => {
+  // Two admin requests in 10 s: the setup and the first stats read pass,
+  // the stats read after the buyers meets a 429 with Retry-After: 10.
+  const started = Date.now();
+  const { code, report, stderr } = await load([
+    "--url", gate.url, "--product", "load-limited", "--stock", "10", "--buyers", "30", "--connections", "8", "--seed", "13",
+    "--shares", "100,0,0", "--buyer-keys", keys.BUYER_TOKEN_KEYS, "--payment-keys", keys.PAYMENT_KEYS,
+    "--origin", origin.url, "--origin-read-token", keys.READ_TOKEN,
+  ]);
+  const seen = `seed 13: ${stderr} ${JSON.stringify({ incomplete: report?.incomplete, verdict: report?.verdict, retries: report?.read_retries })}`;
+  assert.equal(code, 0, seen);
+  assert.equal(report.status, "pass", seen);
+  assert.ok(report.read_retries >= 1, seen);
+  assert.match(stderr, /stats: 429 rate_limited: .*trying again in 10\.0 s, as its Retry-After says/, seen);
+  assert.ok(Date.now() - started >= 9_000, `it waited the 10 s the gate asked for: ${seen}`);
+  assert.equal(report.verdict.orders_checked, true, seen);
+  assert.equal(report.fates.pay, 10, seen);
+
+  // The origin refuses a wrong read token: a read that cannot succeed.
+  // The run stops there and still prints what it measured.
+  const wrong = await load([
+    "--url", gate.url, "--product", "load-wrong", "--stock", "5", "--buyers", "10", "--connections", "4", "--seed", "14",
+    "--buyer-keys", keys.BUYER_TOKEN_KEYS, "--payment-keys", keys.PAYMENT_KEYS,
+    "--origin", origin.url, "--origin-read-token", "not-the-read-token",
+  ]);
+  const seenWrong = `seed 14: ${wrong.stderr} ${JSON.stringify(wrong.report)}`;
+  assert.equal(wrong.code, 2, seenWrong);
+  assert.equal(wrong.report.status, "incomplete", seenWrong);
+  assert.match(wrong.report.incomplete, /^origin orders: 401/, seenWrong);
+  assert.equal(wrong.report.outcomes.reserved, 5, seenWrong);
+  assert.equal(wrong.report.verdict.orders_checked, false, seenWrong);
+}));
+
+test("without payment keys nobody pays, and the report says which shares were followed", { timeout: 60_000 }, () => withGate({}, async ({ gate }) => {
+  const { code, report, stderr } = await load([
+    "--url", gate.url, "--product", "load-nokeys", "--stock", "5", "--buyers", "10", "--connections", "4", "--seed", "15",
+    "--buyer-keys", keys.BUYER_TOKEN_KEYS, "--settle-timeout-ms", "1000",
+  ]);
+  // No origin: the outbox keeps its events, and no order is checked; the
+  // run is whole all the same.
+  assert.equal(code, 0, stderr);
+  assert.equal(report.status, "pass");
+  assert.equal(report.settle_ms, null);
+  assert.equal(report.fates.pay, undefined, JSON.stringify(report.fates));
+  assert.deepEqual({ ...report.shares, note: undefined }, { pay: 0, cancel: 10, abandon: 90, note: undefined });
+  assert.match(report.shares.note, /no --payment-keys: nobody could pay, so the 80% who would have paid walked away/);
+  assert.match(stderr, /NOTE: no --payment-keys/);
+}));
+
+test("a refused setup or an unreachable gate is exit 2, not a verdict; the report still says so", async () => {
+  const { code, report, stderr } = await load(["--url", "http://127.0.0.1:9", "--stock", "1", "--buyers", "1"]);
   assert.equal(code, 2, stderr);
   assert.match(stderr, /setup/);
+  assert.equal(report.status, "incomplete");
+  assert.match(report.incomplete, /^setup: no answer/);
+  assert.equal(report.requests, 0);
 });

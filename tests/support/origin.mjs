@@ -98,18 +98,21 @@ export async function startOrigin({ port, dataDir, databaseUrl, gateUrl, forward
 }
 
 /**
- * Runs `flashgate-origin reconcile` and resolves to its report lines and
- * exit code. Asynchronous, so that servers in this process (a TLS proxy)
- * keep answering while it runs.
+ * Runs `flashgate-origin reconcile --json` and resolves to its report lines and
+ * exit code; with `json: false`, to the summary for a person it prints
+ * without the flag (`text`). Asynchronous, so that servers in this process
+ * (a TLS proxy) keep answering while it runs.
  */
-export function reconcile({ dataDir, gateUrl, adminToken = keys.ADMIN_TOKEN, products = [], args: extra = [] }) {
-  const args = ["reconcile", "--gate-url", gateUrl, ...extra, ...products.flatMap((p) => ["--product", p])];
+export function reconcile({ dataDir, gateUrl, adminToken = keys.ADMIN_TOKEN, products = [], args: extra = [], json = true }) {
+  const args = ["reconcile", ...(json ? ["--json"] : []), "--gate-url", gateUrl, ...extra, ...products.flatMap((p) => ["--product", p])];
   const env = { ...process.env, FLASHGATE_DATA_DIR: dataDir, ADMIN_TOKEN: adminToken };
   delete env.DATABASE_URL;
   return new Promise((ok) => {
     execFile(originBin(), args, { env, encoding: "utf8" }, (e, out, err) => {
+      const code = e ? e.code : 0;
+      if (!json) return ok({ code, text: out, stderr: err });
       const lines = out.trim() ? out.trim().split("\n").map((l) => JSON.parse(l)) : [];
-      ok({ code: e ? e.code : 0, products: lines.slice(0, -1), summary: lines.at(-1), stderr: err });
+      ok({ code, products: lines.slice(0, -1), summary: lines.at(-1), stderr: err });
     });
   });
 }
