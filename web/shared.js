@@ -34,7 +34,7 @@ const TEXT = {
     notice_prequeue: "The queue is open: join now. At the opening ({at}) everyone in it is put in a random order, ahead of later arrivals.",
     notice_held_out: "Every unit is held by buyers who have not paid yet. Units not paid for within {t} come back on sale, and this page shows it.",
     notice_sold_out: "Sold out: every unit is sold.",
-    notice_limit: "You already have the {max} units one buyer may have.",
+    notice_limit: "You already have as many units as one buyer may have ({max}).",
     drawn_at_open: "in the queue; places are drawn at the opening",
     minutes: "{n} min", seconds: "{n} s",
     live: "live", polling: "updates every second",
@@ -54,7 +54,7 @@ const TEXT = {
     group_sale: "Stock and sale window", group_buyer: "Per buyer", group_queue: "Waiting room", group_advanced: "Limits", group_face: "What buyers see",
     mode_active: "Running", mode_paused: "Paused", mode_closed: "Closed for good", u_min: "minutes", u_s: "seconds",
     token_ok: "Token accepted.", token_refused: "The gate refused this admin token (401): check it and enter it again.",
-    saved: "Saved.", created: "Created.", unchanged: "Nothing to save: no field changed.",
+    saved: "Saved.", created: "Created.", opened: "Opened “{id}”: its current settings are below.", unchanged: "Nothing to save: no field changed.",
     no_product: "No product “{id}” yet. Its numbers are cleared; fill in at least the stock and save to create it.",
     bad_number: "{label}: “{v}” is not accepted. Enter a number from {min} to {max}{unit}.", config: "Configuration", actions: "Actions", pause: "Pause", resume: "Resume",
     close: "Close for good", restock: "Restock", units: "Units", void: "Void order", reservation_id: "Reservation id",
@@ -92,7 +92,7 @@ const TEXT = {
     notice_prequeue: "排队已开始，现在即可加入。开抢时（{at}）已在队列中的买家将随机排序，排在之后到达的买家之前。",
     notice_held_out: "所有商品均已被尚未支付的买家锁定。{t} 内未支付的商品会重新开放购买，本页会实时显示。",
     notice_sold_out: "已售罄：所有商品均已售出。",
-    notice_limit: "您已有每人限购的 {max} 件。",
+    notice_limit: "您已达到每人限购数量（{max} 件）。",
     drawn_at_open: "已在队列中，开抢时随机排序",
     minutes: "{n} 分钟", seconds: "{n} 秒",
     live: "实时", polling: "每秒刷新",
@@ -111,7 +111,7 @@ const TEXT = {
     group_sale: "库存与销售时间", group_buyer: "每位买家", group_queue: "排队", group_advanced: "上限", group_face: "买家看到的信息",
     mode_active: "进行中", mode_paused: "已暂停", mode_closed: "永久结束", u_min: "分钟", u_s: "秒",
     token_ok: "令牌有效。", token_refused: "网关拒绝了此管理令牌（401），请检查后重新输入。",
-    saved: "已保存。", created: "已创建。", unchanged: "没有需要保存的修改。",
+    saved: "已保存。", created: "已创建。", opened: "已打开“{id}”，下方为当前设置。", unchanged: "没有需要保存的修改。",
     no_product: "商品“{id}”尚不存在。数据已清空；至少填写库存后保存即可创建。",
     bad_number: "{label}：“{v}”无效，请输入 {min} 到 {max}{unit} 之间的数字。", config: "配置", actions: "操作", pause: "暂停", resume: "恢复",
     close: "永久结束", restock: "补货", units: "数量", void: "作废订单", reservation_id: "预订号",
@@ -147,10 +147,11 @@ function stateText(p) {
   if (p.state === "open" && p.available === 0) return t(p.held > 0 ? "all_held" : "sold_out");
   return t(`state_${p.state}`);
 }
-/** A duration in the unit people use: minutes from two minutes on. */
+/** A duration in the unit people use: whole minutes in minutes (and any
+ * from ten minutes on), the rest in seconds. */
 function minutes(ms) {
   const s = Math.round(ms / 1000);
-  return s >= 120 ? t("minutes", { n: num(Math.round(s / 60)) }) : t("seconds", { n: num(s) });
+  return s >= 60 && (s % 60 === 0 || s >= 600) ? t("minutes", { n: num(Math.round(s / 60)) }) : t("seconds", { n: num(s) });
 }
 /** A product's face, read as text in this page's language (the other one
  * when it has none). Pages put it in with textContent, never as HTML. */
@@ -174,6 +175,9 @@ function faceImage(p, className) {
   img.className = className;
   img.alt = faceName(p);
   img.referrerPolicy = "no-referrer";
+  // An image that does not load takes no room (a handler set from the
+  // script, which the policy allows; an attribute would not run).
+  img.onerror = () => img.remove();
   img.src = url;
   return img;
 }

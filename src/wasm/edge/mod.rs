@@ -614,13 +614,18 @@ async fn origin_get(url: &str, token: &str) -> Result<Response, String> {
     let fetcher = worker::Fetch::Request(req);
     let fetch = fetcher.send();
     let timeout = Delay::from(Duration::from_millis(crate::limits::ORIGIN_TIMEOUT_MS));
-    match futures_util::future::select(std::pin::pin!(fetch), std::pin::pin!(timeout)).await {
+    // Bound to a name, not returned as the match itself: the future borrows
+    // `fetcher`, which must outlive it.
+    let answer = match futures_util::future::select(std::pin::pin!(fetch), std::pin::pin!(timeout))
+        .await
+    {
         futures_util::future::Either::Left((Ok(r), _)) => Ok(r),
         futures_util::future::Either::Left((Err(e), _)) => {
             Err(format!("the origin is unreachable: {e}"))
         }
         futures_util::future::Either::Right(_) => Err("the origin did not answer in time".into()),
-    }
+    };
+    answer
 }
 
 /// The origin's totals for a product, or why they could not be read.
