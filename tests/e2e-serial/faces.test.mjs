@@ -7,6 +7,7 @@
 // hostile name that must stay text.
 import { after, afterEach, before } from "node:test";
 import assert from "node:assert/strict";
+import { isDeepStrictEqual } from "node:util";
 import { ADMIN_TOKEN, READ_TOKEN } from "../support/keys.mjs";
 import { useGate } from "../support/system.mjs";
 import { launch, open as openIn, shot, violations } from "../support/browser.mjs";
@@ -257,6 +258,11 @@ for (const lang of ["en-US", "zh-CN"]) {
     assert.equal(after.hold_ttl_ms, 180_000);
     assert.equal(after.face.name.en, "Longjing, spring");
     assert.equal(after.face.name.zh, FACE.name.zh, "the rest of the face is kept");
+    // Saved again as it stands: nothing to send, and it says so.
+    const putsBefore = puts;
+    await page.click('#config button[type="submit"]');
+    await page.waitForFunction(() => /Nothing to save|没有需要保存/.test(document.getElementById("message").textContent));
+    assert.equal(puts, putsBefore, "an unchanged form sends nothing");
 
     // A sale: the live view, its chart with axes and times, and the order.
     const r = await api.reserve(id, "console-buyer", 1);
@@ -322,11 +328,34 @@ shop.test("the admin list and the orders page refuse a stranger and a bad query,
   );
   assert.deepEqual((await api.stats(id)).body.counters, before.counters);
 
+  // The largest face the bounds allow, in Chinese (3 bytes a character,
+  // 6 once escaped for the command header), is taken whole and read back.
+  const most = {
+    name: { zh: "龙".repeat(40), en: "n".repeat(120) },
+    price: { amount: "999999999.999", currency: "KWD" },
+    image_url: `${IMAGE_HOST}/${"a".repeat(512 - IMAGE_HOST.length - 1)}`,
+    description: { zh: "茶".repeat(200), en: "d".repeat(600) },
+  };
+  const big = await api.put(id, { face: most });
+  assert.equal(big.status, 200, JSON.stringify(big.body));
+  assert.deepEqual(big.body.face, most);
+  await eventually(async () => (await api.product(id)).body.face, (f) => isDeepStrictEqual(f, most), "the largest face, read back");
+
   // A bad face over the API: a 422 naming the member, and nothing changes.
-  for (const face of [{ image_url: "http://images.example/a.png" }, { name: { en: "x".repeat(121) } }, { price: { amount: "19.9", currency: "cny" } }, { colour: "red" }]) {
+  for (const face of [
+    { image_url: "http://images.example/a.png" },
+    { image_url: `${most.image_url}b` },
+    { name: { zh: "龙".repeat(41) } },
+    { name: { en: "x".repeat(121) } },
+    { description: { en: "d".repeat(601) } },
+    { price: { amount: "19.9", currency: "cny" } },
+    { price: { amount: "1000000000", currency: "CNY" } },
+    { colour: "red" },
+  ]) {
     const r = await api.put(id, { stock_total: 9, face });
     assert.equal(r.status, 422, JSON.stringify(face));
     assert.equal(r.body.code, "invalid_body");
     assert.equal((await api.stats(id)).body.stock_total, 2, JSON.stringify(face));
   }
+  assert.deepEqual((await api.stats(id)).body.counters, before.counters, "no refused update counted or changed anything");
 });
