@@ -31,6 +31,14 @@ pub const SNAPSHOT_STALE_MAX_MS: u64 = 10_000;
 /// The largest request body the edge reads.
 pub const BODY_BYTES_MAX: usize = 4 * 1024;
 
+/// A page of orders the console reads from the origin through the gate
+/// (`GET /admin/products/{id}/orders`): at most this many, and this many
+/// when the query names no limit. Far below the origin's own page bound
+/// (1,000, `origin/src/limits.rs`), which the Worker does not link.
+pub const ADMIN_ORDERS_PAGE_MAX: usize = 100;
+pub const ADMIN_ORDERS_PAGE_DEFAULT: usize = 20;
+const _: () = assert!(ADMIN_ORDERS_PAGE_DEFAULT <= ADMIN_ORDERS_PAGE_MAX);
+
 // edge/ticket.rs
 
 /// The longest ticket accepted, in bytes.

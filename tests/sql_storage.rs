@@ -234,7 +234,17 @@ impl Simulation for SqlSim {
                 "arrivals and the outbox"
             }
             _ => {
+                // Now and then a new face, Chinese and hostile text
+                // included, so that it goes through SQLite too.
+                let faces = [
+                    r#"{}"#,
+                    r#"{"name": {"zh": "龙井茶", "en": "Tea </script><b>"}, "price": {"amount": "19.90", "currency": "CNY"}}"#,
+                    r#"{"image_url": "https://cdn.example/a.png?x='1'", "description": {"en": "two\nlines"}}"#,
+                ];
+                let face = (rng.below(3) == 0)
+                    .then(|| serde_json::from_str(faces[rng.below(3) as usize]).unwrap());
                 let patch = ConfigPatch {
+                    face,
                     closes_at_ms: Some((rng.below(2) == 0).then_some(*now + 100_000)),
                     mode: Some(if rng.below(3) == 0 {
                         Mode::Paused
@@ -320,6 +330,82 @@ fn an_object_over_sqlite_survives_a_reload() {
         (p.body["available"].as_u64(), p.body["held"].as_u64()),
         (Some(1), Some(2))
     );
+}
+
+/// A product's face is stored with it: an object that starts afresh (as
+/// after an eviction) shows the same face, and a refused face (an http
+/// image, a name with a direction override) is a 422 that changes nothing,
+/// neither in memory nor in storage. A store from before faces gains the
+/// face table at load, with an empty face.
+#[test]
+fn a_face_survives_a_reload_and_a_refused_face_changes_nothing() {
+    let mut store = Lite::new();
+    let mut obj = ProductObject::new(SECRET);
+    let configure = |patch: &str| Command::Configure {
+        product_id: "p1".into(),
+        patch: serde_json::from_str(patch).unwrap_or_else(|e| panic!("{patch}: {e}")),
+    };
+    let face = serde_json::json!({
+        "name": {"zh": "龙井茶", "en": "<img src=x onerror=alert(1)>"},
+        "price": {"amount": "19.90", "currency": "CNY"},
+        "image_url": "https://cdn.example.com/tea.jpg",
+        "description": {"zh": "明前\n手工"},
+    });
+    let created = obj
+        .command(
+            &mut store,
+            &configure(&format!(r#"{{"stock_total": 3, "face": {face}}}"#)),
+            1,
+        )
+        .unwrap();
+    assert_eq!(created.status, 201, "{}", created.body);
+    assert_eq!(created.body["face"], face);
+    let read = Command::GetProduct {
+        product_id: "p1".into(),
+    };
+    let stored = store.load_all().unwrap();
+    for bad in [
+        r#"{"face": {"image_url": "http://cdn.example.com/tea.jpg"}}"#,
+        r#"{"face": {"name": {"en": "gpj.\u202eexe"}}}"#,
+        r#"{"face": {"price": {"amount": "1e3", "currency": "CNY"}}}"#,
+        r#"{"stock_total": 5, "face": {"description": {"en": "bell\u0007"}}}"#,
+    ] {
+        let refused = obj.command(&mut store, &configure(bad), 2).unwrap();
+        assert_eq!(
+            (refused.status, &refused.body["code"]),
+            (422, &serde_json::json!("invalid_body")),
+            "{bad}: {}",
+            refused.body
+        );
+        assert!(
+            refused.body["detail"].as_str().unwrap().contains("face."),
+            "{bad}: the detail names the member: {}",
+            refused.body
+        );
+        assert_eq!(store.load_all().unwrap(), stored, "{bad} changed storage");
+        let p = obj.command(&mut store, &read, 2).unwrap();
+        assert_eq!(
+            (&p.body["face"], p.body["stock_total"].as_u64()),
+            (&face, Some(3)),
+            "{bad}"
+        );
+    }
+    let mut fresh = ProductObject::new(SECRET);
+    let p = fresh.command(&mut store, &read, 3).unwrap();
+    assert_eq!(p.body["face"], face, "the face survives a reload");
+    // `{}` clears it.
+    let cleared = fresh
+        .command(&mut store, &configure(r#"{"face": {}}"#), 4)
+        .unwrap();
+    assert_eq!(
+        (cleared.status, &cleared.body["face"]),
+        (200, &serde_json::json!({}))
+    );
+    // A store from before faces: no face table. The load makes it.
+    store.exec("DROP TABLE face", &[]).unwrap();
+    let mut old = ProductObject::new(SECRET);
+    let p = old.command(&mut store, &read, 5).unwrap();
+    assert_eq!((p.status, &p.body["face"]), (200, &serde_json::json!({})));
 }
 
 /// A batch that creates a product and then, in a later command, reads

@@ -25,6 +25,18 @@ const TEXT = {
     offline: "The gate cannot be reached; retrying…",
     no_session: "Sign in at the shop first: this gate gives out no sessions.",
     not_on_sale: "This product is not on sale.",
+    nf_title: "No such product", nf_body: "This shop has no product “{id}”: the link may be mistyped, or the product removed.", nf_back: "See what is on sale",
+    join_queue: "Join the queue", all_held: "All held", limit_reached: "Limit reached",
+    notice_paused: "The shop has paused this sale. Buying comes back here when it resumes; holds already made can still be paid.",
+    notice_closed: "The sale is over.",
+    notice_scheduled: "The sale opens at {at}.",
+    notice_queue_opens: "The queue opens at {q}; the sale at {at}.",
+    notice_prequeue: "The queue is open: join now. At the opening ({at}) everyone in it is put in a random order, ahead of later arrivals.",
+    notice_held_out: "Every unit is held by buyers who have not paid yet. Units not paid for within {t} come back on sale, and this page shows it.",
+    notice_sold_out: "Sold out: every unit is sold.",
+    notice_limit: "You already have as many units as one buyer may have ({max}).",
+    drawn_at_open: "in the queue; places are drawn at the opening",
+    minutes: "{n} min", seconds: "{n} s",
     live: "live", polling: "updates every second",
     refused: "Refused ({status})",
     code_sold_out: "Sold out: every unit is taken.",
@@ -37,8 +49,14 @@ const TEXT = {
     code_overloaded: "The gate is busy: try again in a moment.",
     code_unavailable: "The gate is busy: try again in a moment.",
     // Admin
-    admin: "Admin console", admin_token: "Admin token", save: "Save", product: "Product id", load: "Open",
-    create: "Create or update", config: "Configuration", actions: "Actions", pause: "Pause", resume: "Resume",
+    admin: "Admin console", admin_token: "Admin token", check_token: "Use this token", product: "Product id", load: "Open",
+    create: "Save settings", products_all: "Products", name: "Name", orders: "Orders at the origin", o_time: "Paid at", o_buyer: "Buyer", o_first: "First page", o_next: "Next page",
+    group_sale: "Stock and sale window", group_buyer: "Per buyer", group_queue: "Waiting room", group_advanced: "Limits", group_face: "What buyers see",
+    mode_active: "Running", mode_paused: "Paused", mode_closed: "Closed for good", u_min: "minutes", u_s: "seconds",
+    token_ok: "Token accepted.", token_refused: "The gate refused this admin token (401): check it and enter it again.",
+    saved: "Saved.", created: "Created.", opened: "Opened “{id}”: its current settings are below.", unchanged: "Nothing to save: no field changed.",
+    no_product: "No product “{id}” yet. Its numbers are cleared; fill in at least the stock and save to create it.",
+    bad_number: "{label}: “{v}” is not accepted. Enter a number from {min} to {max}{unit}.", config: "Configuration", actions: "Actions", pause: "Pause", resume: "Resume",
     close: "Close for good", restock: "Restock", units: "Units", void: "Void order", reservation_id: "Reservation id",
     live_view: "Live view", outcomes: "Outcomes per second", queue: "Waiting room", outbox: "Outbox",
     backlog: "Backlog", last_error: "Last error", last_success: "Last success", drift: "Drift against the origin",
@@ -65,6 +83,18 @@ const TEXT = {
     offline: "无法连接，正在重试…",
     no_session: "请先在商城登录。",
     not_on_sale: "该商品未在售。",
+    nf_title: "商品不存在", nf_body: "本店没有商品“{id}”：链接可能有误，或商品已下架。", nf_back: "查看在售商品",
+    join_queue: "加入排队", all_held: "已全部锁定", limit_reached: "已达限购",
+    notice_paused: "商家已暂停本次抢购。恢复后可在此页继续购买；已锁定的订单仍可支付。",
+    notice_closed: "抢购已结束。",
+    notice_scheduled: "将于 {at} 开抢。",
+    notice_queue_opens: "排队于 {q} 开始，抢购于 {at} 开始。",
+    notice_prequeue: "排队已开始，现在即可加入。开抢时（{at}）已在队列中的买家将随机排序，排在之后到达的买家之前。",
+    notice_held_out: "所有商品均已被尚未支付的买家锁定。{t} 内未支付的商品会重新开放购买，本页会实时显示。",
+    notice_sold_out: "已售罄：所有商品均已售出。",
+    notice_limit: "您已达到每人限购数量（{max} 件）。",
+    drawn_at_open: "已在队列中，开抢时随机排序",
+    minutes: "{n} 分钟", seconds: "{n} 秒",
     live: "实时", polling: "每秒刷新",
     refused: "请求被拒绝（{status}）",
     code_sold_out: "已售罄。",
@@ -76,8 +106,14 @@ const TEXT = {
     code_expired: "锁定已过期，未能支付。",
     code_overloaded: "系统繁忙，请稍后再试。",
     code_unavailable: "系统繁忙，请稍后再试。",
-    admin: "管理后台", admin_token: "管理令牌", save: "保存", product: "商品 ID", load: "打开",
-    create: "创建或更新", config: "配置", actions: "操作", pause: "暂停", resume: "恢复",
+    admin: "管理后台", admin_token: "管理令牌", check_token: "使用此令牌", product: "商品 ID", load: "打开",
+    create: "保存设置", products_all: "商品列表", name: "名称", orders: "源站订单", o_time: "支付时间", o_buyer: "买家", o_first: "第一页", o_next: "下一页",
+    group_sale: "库存与销售时间", group_buyer: "每位买家", group_queue: "排队", group_advanced: "上限", group_face: "买家看到的信息",
+    mode_active: "进行中", mode_paused: "已暂停", mode_closed: "永久结束", u_min: "分钟", u_s: "秒",
+    token_ok: "令牌有效。", token_refused: "网关拒绝了此管理令牌（401），请检查后重新输入。",
+    saved: "已保存。", created: "已创建。", opened: "已打开“{id}”，下方为当前设置。", unchanged: "没有需要保存的修改。",
+    no_product: "商品“{id}”尚不存在。数据已清空；至少填写库存后保存即可创建。",
+    bad_number: "{label}：“{v}”无效，请输入 {min} 到 {max}{unit} 之间的数字。", config: "配置", actions: "操作", pause: "暂停", resume: "恢复",
     close: "永久结束", restock: "补货", units: "数量", void: "作废订单", reservation_id: "预订号",
     live_view: "实时视图", outcomes: "每秒结果", queue: "排队", outbox: "发件箱",
     backlog: "积压", last_error: "最近错误", last_success: "最近成功", drift: "与源站的差额",
@@ -106,8 +142,42 @@ function translate(root = document) {
   for (const el of root.querySelectorAll("[data-t]")) el.textContent = t(el.dataset.t);
   document.title = t("title");
 }
-/** A sale state in words. */
+/** A sale state in words: "sold out" only when nothing is held either. */
 function stateText(p) {
-  if (p.state === "open" && p.available === 0) return t("sold_out");
+  if (p.state === "open" && p.available === 0) return t(p.held > 0 ? "all_held" : "sold_out");
   return t(`state_${p.state}`);
+}
+/** A duration in the unit people use: whole minutes in minutes (and any
+ * from ten minutes on), the rest in seconds. */
+function minutes(ms) {
+  const s = Math.round(ms / 1000);
+  return s >= 60 && (s % 60 === 0 || s >= 600) ? t("minutes", { n: num(Math.round(s / 60)) }) : t("seconds", { n: num(s) });
+}
+/** A product's face, read as text in this page's language (the other one
+ * when it has none). Pages put it in with textContent, never as HTML. */
+const face = (p) => (p && p.face) || {};
+const local = (v) => (v ? v[LANG] ?? v[LANG === "zh" ? "en" : "zh"] ?? "" : "");
+const faceName = (p) => local(face(p).name) || p.product_id;
+function priceText(p) {
+  const pr = face(p).price;
+  if (!pr) return "";
+  try {
+    return new Intl.NumberFormat(LANG === "zh" ? "zh-CN" : "en", { style: "currency", currency: pr.currency }).format(Number(pr.amount));
+  } catch {
+    return `${pr.amount} ${pr.currency}`;
+  }
+}
+/** The face's image, or nothing: the gate took only an https URL. */
+function faceImage(p, className) {
+  const url = face(p).image_url;
+  if (!url || !url.startsWith("https://")) return null;
+  const img = document.createElement("img");
+  img.className = className;
+  img.alt = faceName(p);
+  img.referrerPolicy = "no-referrer";
+  // An image that does not load takes no room (a handler set from the
+  // script, which the policy allows; an attribute would not run).
+  img.onerror = () => img.remove();
+  img.src = url;
+  return img;
 }

@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use crate::face::{Face, FaceError};
+
 /// Hard limits. They bound memory and arithmetic, so that no input, however
 /// hostile, can make the gate allocate without bound or overflow a counter.
 /// Each is stated once; messages are formatted from these constants.
@@ -77,6 +79,16 @@ pub mod limits {
     /// gives the measurement behind it). More that are due wait for the
     /// next event, and the alarm is set to fire at once.
     pub const SETTLE_PER_EVENT_MAX: u32 = 2_000;
+    /// A product's face (`crate::face`): a name in one language, in bytes
+    /// of UTF-8 (40 Chinese characters), and its short description.
+    pub const FACE_NAME_BYTES_MAX: usize = 120;
+    pub const FACE_DESCRIPTION_BYTES_MAX: usize = 600;
+    /// An image URL; longer ones are tracking links, not images.
+    pub const FACE_IMAGE_URL_BYTES_MAX: usize = 512;
+    /// A price's digits before and after the point: below a billion, and
+    /// the three decimals some currencies (KWD) have.
+    pub const FACE_PRICE_INTEGER_DIGITS_MAX: usize = 9;
+    pub const FACE_PRICE_FRACTION_DIGITS_MAX: usize = 3;
 
     const _: () = assert!(OUTBOX_BACKOFF_BASE_MS <= OUTBOX_BACKOFF_CAP_MS);
     const _: () = assert!(HOLD_TTL_MS_MIN <= HOLD_TTL_MS_MAX);
@@ -181,6 +193,13 @@ pub struct Config {
     /// reach a decision; more are refused with `RateLimited`. Replays are free.
     pub attempts_per_window_max: u32,
     pub attempt_window_ms: u64,
+    /// What the pages show of the product; the gate decides nothing by it.
+    /// Not a column of the `config` table: the object keeps it in its own
+    /// row, so a config row read alone has the empty face. Boxed: it is
+    /// read only to be shown, and unboxed it would triple the size of every
+    /// `Row` and `Change`.
+    #[serde(default)]
+    pub face: Box<Face>,
 }
 
 impl Default for Config {
@@ -198,6 +217,7 @@ impl Default for Config {
             ticket_ttl_ms: 60 * 60 * 1000,
             attempts_per_window_max: 20,
             attempt_window_ms: 10_000,
+            face: Box::default(),
         }
     }
 }
@@ -217,6 +237,7 @@ pub enum ConfigError {
     TicketTtl,
     AttemptsPerWindow,
     AttemptWindow,
+    Face(FaceError),
 }
 
 impl ConfigError {
@@ -254,6 +275,7 @@ impl ConfigError {
             ConfigError::AttemptWindow => format!(
                 "attempt_window_ms must be between {ATTEMPT_WINDOW_MS_MIN} and {ATTEMPT_WINDOW_MS_MAX}"
             ),
+            ConfigError::Face(e) => e.describe(),
         }
     }
 }
@@ -311,6 +333,7 @@ impl Config {
         {
             return Err(ConfigError::AttemptWindow);
         }
+        self.face.validate().map_err(ConfigError::Face)?;
         Ok(())
     }
 
@@ -380,6 +403,9 @@ pub struct ConfigPatch {
     pub attempts_per_window_max: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt_window_ms: Option<u64>,
+    /// Replaces the whole face; `{}` clears it. Boxed, as in [`Config`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub face: Option<Box<Face>>,
 }
 
 /// A member that is present, possibly as `null`. An absent member is `None`
@@ -408,6 +434,7 @@ impl ConfigPatch {
             ticket_ttl_ms,
             attempts_per_window_max,
             attempt_window_ms,
+            face: _,
         } = *self;
         let Config {
             per_buyer_max: c_per_buyer_max,
@@ -422,6 +449,7 @@ impl ConfigPatch {
             ticket_ttl_ms: c_ticket_ttl_ms,
             attempts_per_window_max: c_attempts_per_window_max,
             attempt_window_ms: c_attempt_window_ms,
+            face: _,
         } = *c;
         Config {
             per_buyer_max: per_buyer_max.unwrap_or(c_per_buyer_max),
@@ -436,6 +464,9 @@ impl ConfigPatch {
             ticket_ttl_ms: ticket_ttl_ms.unwrap_or(c_ticket_ttl_ms),
             attempts_per_window_max: attempts_per_window_max.unwrap_or(c_attempts_per_window_max),
             attempt_window_ms: attempt_window_ms.unwrap_or(c_attempt_window_ms),
+            // The face is the one member that is not `Copy`, so it is
+            // cloned here rather than destructured above.
+            face: self.face.as_ref().unwrap_or(&c.face).clone(),
         }
     }
 }

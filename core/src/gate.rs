@@ -1182,6 +1182,7 @@ impl Gate {
             ticket_ttl_ms,
             attempts_per_window_max,
             attempt_window_ms,
+            face: _,
         } = *config;
         self.configure(
             archive,
@@ -1199,6 +1200,7 @@ impl Gate {
                 ticket_ttl_ms: Some(ticket_ttl_ms),
                 attempts_per_window_max: Some(attempts_per_window_max),
                 attempt_window_ms: Some(attempt_window_ms),
+                face: Some(config.face.clone()),
                 ..ConfigPatch::default()
             },
         )

@@ -477,6 +477,7 @@ fn random_config(rng: &mut Rng, now: u64) -> Config {
             1_000
         },
         attempt_window_ms: rng.range(limits::ATTEMPT_WINDOW_MS_MIN, 5_000),
+        face: Default::default(),
     }
 }
 

@@ -29,8 +29,10 @@ pub enum RouteKind {
     ProductPage,
     AdminPage,
     ListProducts,
+    AdminListProducts,
     Live,
     AdminDrift,
+    AdminOrders,
     OpenApi,
     Session,
     GetProduct,
@@ -58,6 +60,7 @@ pub const ROUTES: &[(&str, &str, RouteKind)] = &[
     ("GET", "/api/products", RouteKind::ListProducts),
     ("GET", "/api/products/{product_id}", RouteKind::GetProduct),
     ("GET", "/api/products/{product_id}/live", RouteKind::Live),
+    ("GET", "/admin/products", RouteKind::AdminListProducts),
     (
         "POST",
         "/api/products/{product_id}/queue",
@@ -109,6 +112,11 @@ pub const ROUTES: &[(&str, &str, RouteKind)] = &[
         RouteKind::AdminDrift,
     ),
     (
+        "GET",
+        "/admin/products/{product_id}/orders",
+        RouteKind::AdminOrders,
+    ),
+    (
         "POST",
         "/admin/products/{product_id}/reservations/{reservation_id}/void",
         RouteKind::AdminVoid,
@@ -122,6 +130,9 @@ pub enum Route {
     Page(Page),
     /// The products on sale or scheduled, read through the edge cache.
     ListProducts,
+    /// Every product the catalog lists, whatever its state, for the admin
+    /// console: the shell checks the admin token first.
+    AdminListProducts,
     /// A live-update socket on a product (WebSocket upgrade), accepted by
     /// its object.
     Live { product_id: String },
@@ -161,6 +172,10 @@ pub enum ApiRoute {
     /// The gate's stats beside the origin's totals: the edge asks the
     /// object for its stats, then the origin.
     AdminDrift(String),
+    /// A page of the product's orders at the origin, read with the gate's
+    /// read token (as the drift is), so that the console needs no token of
+    /// the origin's and the origin no CORS.
+    AdminOrders(String),
     AdminRestock(String),
     AdminVoid(String, String),
 }
@@ -172,6 +187,7 @@ impl ApiRoute {
             ApiRoute::AdminConfigure(_)
                 | ApiRoute::AdminStats(_)
                 | ApiRoute::AdminDrift(_)
+                | ApiRoute::AdminOrders(_)
                 | ApiRoute::AdminRestock(_)
                 | ApiRoute::AdminVoid(..)
         )
@@ -187,6 +203,7 @@ impl ApiRoute {
             | ApiRoute::AdminConfigure(p)
             | ApiRoute::AdminStats(p)
             | ApiRoute::AdminDrift(p)
+            | ApiRoute::AdminOrders(p)
             | ApiRoute::AdminRestock(p)
             | ApiRoute::AdminVoid(p, _) => p,
         }
@@ -322,10 +339,12 @@ pub fn route(method: &str, path: &str) -> Result<Route, Problem> {
         RouteKind::ProductPage => Route::Page(Page::Product(product()?)),
         RouteKind::AdminPage => Route::Page(Page::Admin),
         RouteKind::ListProducts => Route::ListProducts,
+        RouteKind::AdminListProducts => Route::AdminListProducts,
         RouteKind::Live => Route::Live {
             product_id: product()?,
         },
         RouteKind::AdminDrift => Route::Api(ApiRoute::AdminDrift(product()?)),
+        RouteKind::AdminOrders => Route::Api(ApiRoute::AdminOrders(product()?)),
         RouteKind::OpenApi => Route::OpenApi,
         RouteKind::Session => Route::Session,
         RouteKind::JoinQueue => Route::Queue {
@@ -388,6 +407,58 @@ struct ConfirmBody {
 #[serde(deny_unknown_fields)]
 struct RestockBody {
     units: Option<Value>,
+}
+
+/// A page of orders asked for: after which origin cursor, and how many.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OrdersQuery {
+    pub after: Option<u64>,
+    pub limit: usize,
+}
+
+/// The query of `GET /admin/products/{id}/orders`: `after` (a cursor the
+/// last page gave as `next_after`) and `limit` (1 to
+/// `ADMIN_ORDERS_PAGE_MAX`, `ADMIN_ORDERS_PAGE_DEFAULT` when absent). Any
+/// other member, a repeated one or a value that is not a plain integer is
+/// 400 `invalid_query`: it is copied into the origin's URL, so it must be
+/// digits and nothing else.
+pub fn orders_query(path_and_query: &str) -> Result<OrdersQuery, Problem> {
+    use crate::limits::{ADMIN_ORDERS_PAGE_DEFAULT, ADMIN_ORDERS_PAGE_MAX};
+    let mut q = OrdersQuery {
+        after: None,
+        limit: ADMIN_ORDERS_PAGE_DEFAULT,
+    };
+    let (mut seen_after, mut seen_limit) = (false, false);
+    let bad = || {
+        Problem::invalid_query(format!(
+            "the query takes after (a cursor) and limit (1 to {ADMIN_ORDERS_PAGE_MAX}), each once, as digits"
+        ))
+    };
+    let number = |v: &str| -> Option<u64> {
+        (!v.is_empty() && v.len() <= 15 && v.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| v.parse().ok())
+            .flatten()
+    };
+    let query = path_and_query.split_once('?').map_or("", |(_, q)| q);
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match k {
+            "after" if !seen_after => {
+                seen_after = true;
+                q.after = Some(number(v).ok_or_else(bad)?);
+            }
+            "limit" if !seen_limit => {
+                seen_limit = true;
+                let n = number(v).ok_or_else(bad)?;
+                if !(1..=ADMIN_ORDERS_PAGE_MAX as u64).contains(&n) {
+                    return Err(bad());
+                }
+                q.limit = n as usize;
+            }
+            _ => return Err(bad()),
+        }
+    }
+    Ok(q)
 }
 
 /// Validates a routed request into a command: who sent it (a buyer token,
@@ -523,9 +594,11 @@ pub fn parse(
                 }
             }
         }
-        ApiRoute::AdminStats(product_id) | ApiRoute::AdminDrift(product_id) => {
-            Command::Stats { product_id }
-        }
+        // The orders are the origin's, read by the shell; the command only
+        // carries the admin's proven request to the product's existence check.
+        ApiRoute::AdminStats(product_id)
+        | ApiRoute::AdminDrift(product_id)
+        | ApiRoute::AdminOrders(product_id) => Command::Stats { product_id },
         ApiRoute::AdminVoid(product_id, rid) => Command::Void {
             reservation_id: internal(&product_id, &rid)?,
             product_id,
@@ -930,6 +1003,7 @@ mod tests {
                 | (Route::Page(Page::Product(_)), RouteKind::ProductPage)
                 | (Route::Page(Page::Admin), RouteKind::AdminPage)
                 | (Route::ListProducts, RouteKind::ListProducts)
+                | (Route::AdminListProducts, RouteKind::AdminListProducts)
                 | (Route::Live { .. }, RouteKind::Live)
                 | (Route::OpenApi, RouteKind::OpenApi)
                 | (Route::Session, RouteKind::Session) => true,
@@ -952,8 +1026,55 @@ mod tests {
             ApiRoute::AdminConfigure(_) => RouteKind::AdminConfigure,
             ApiRoute::AdminStats(_) => RouteKind::AdminStats,
             ApiRoute::AdminDrift(_) => RouteKind::AdminDrift,
+            ApiRoute::AdminOrders(_) => RouteKind::AdminOrders,
             ApiRoute::AdminRestock(_) => RouteKind::AdminRestock,
             ApiRoute::AdminVoid(..) => RouteKind::AdminVoid,
+        }
+    }
+
+    /// The orders query is copied into the origin's URL: digits only, each
+    /// member once, the limit in its bounds; anything else is refused.
+    #[test]
+    fn the_orders_query_takes_digits_and_nothing_else() {
+        use crate::limits::{ADMIN_ORDERS_PAGE_DEFAULT, ADMIN_ORDERS_PAGE_MAX};
+        let p = "/admin/products/p1/orders";
+        let ok = |q: &str| orders_query(&format!("{p}{q}"));
+        assert_eq!(
+            ok(""),
+            Ok(OrdersQuery {
+                after: None,
+                limit: ADMIN_ORDERS_PAGE_DEFAULT
+            })
+        );
+        assert_eq!(
+            ok("?after=42&limit=5"),
+            Ok(OrdersQuery {
+                after: Some(42),
+                limit: 5
+            })
+        );
+        assert_eq!(
+            ok(&format!("?limit={ADMIN_ORDERS_PAGE_MAX}")).map(|q| q.limit),
+            Ok(ADMIN_ORDERS_PAGE_MAX)
+        );
+        for bad in [
+            "?limit=0".to_string(),
+            format!("?limit={}", ADMIN_ORDERS_PAGE_MAX + 1),
+            "?limit=-1".into(),
+            "?after=1&after=2".into(),
+            "?after=".into(),
+            "?after=1e3".into(),
+            "?after=1%26product_id%3Dother".into(),
+            "?after=1&product_id=other".into(),
+            "?after=9999999999999999".into(),
+            "?limit=5#x".into(),
+        ] {
+            let got = ok(&bad);
+            assert_eq!(
+                got.as_ref().map_err(|p| p.code),
+                Err(ProblemCode::InvalidQuery),
+                "{bad}: {got:?}"
+            );
         }
     }
 }

@@ -151,6 +151,10 @@ impl Problem {
         Problem::new(ProblemCode::InvalidBody, detail)
     }
 
+    pub fn invalid_query(detail: impl Into<String>) -> Self {
+        Problem::new(ProblemCode::InvalidQuery, detail)
+    }
+
     pub fn invalid_quantity(detail: impl Into<String>) -> Self {
         Problem::new(ProblemCode::InvalidQuantity, detail)
     }

@@ -2,8 +2,8 @@
 //! confirmation, and the admin stats (the wire crate's `GateStats`).
 
 use flashgate_core::{
-    CancelKind, ConfirmKind, Confirmation, Gate, HoldState, ReservationView, ReserveKind, Stats,
-    Voided,
+    CancelKind, ConfirmKind, Confirmation, Face, Gate, HoldState, ReservationView, ReserveKind,
+    Stats, Voided,
 };
 use flashgate_wire::{CounterStats, GateStats, OutboxStats, QueueStats, SaleState};
 use serde::Serialize;
@@ -41,7 +41,8 @@ fn wasm_memory_bytes() -> u64 {
 }
 
 fn to_value(v: impl Serialize) -> Value {
-    // Every view is a struct of numbers and strings, which always serialize.
+    // Every view is a struct of numbers and strings (a face's too), which
+    // always serialize.
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
@@ -117,6 +118,13 @@ struct ProductView<'a> {
     admit_per_s: u32,
     prequeue_ms: u64,
     ticket_ttl_ms: u64,
+    idem_window_ms: u64,
+    reservations_max: u32,
+    attempts_per_window_max: u32,
+    attempt_window_ms: u64,
+    /// What the pages show: served from the edge's snapshot, so showing a
+    /// product costs its object nothing.
+    face: &'a Face,
 }
 
 /// The public view of a product.
@@ -141,6 +149,11 @@ pub fn product(g: &Gate, product_id: &str, now_ms: u64) -> Value {
         admit_per_s: c.admit_per_s,
         prequeue_ms: c.prequeue_ms,
         ticket_ttl_ms: c.ticket_ttl_ms,
+        idem_window_ms: c.idem_window_ms,
+        reservations_max: c.reservations_max,
+        attempts_per_window_max: c.attempts_per_window_max,
+        attempt_window_ms: c.attempt_window_ms,
+        face: &c.face,
     })
 }
 

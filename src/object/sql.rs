@@ -9,7 +9,7 @@
 //! in one turn of the event loop with nothing awaited in between.
 
 use flashgate_core::{
-    Admission, Change, Config, HoldState, ItemKey, MetaRow, Mode, OutboxEntry, OutboxEvent,
+    Admission, Change, Config, Face, HoldState, ItemKey, MetaRow, Mode, OutboxEntry, OutboxEvent,
     ReservationId, ReservationRow, Row,
 };
 use serde::de::DeserializeOwned;
@@ -85,6 +85,7 @@ const SCHEMA: &[&str] = &[
         ticket_ttl_ms INTEGER NOT NULL,
         attempts_per_window_max INTEGER NOT NULL,
         attempt_window_ms INTEGER NOT NULL)",
+    FACE_TABLE,
     // The waiting room: counts per arrival second as JSON, since they are
     // read and written together.
     "CREATE TABLE IF NOT EXISTS admission (
@@ -144,6 +145,14 @@ const ESCROW_TABLE: &str = "CREATE TABLE IF NOT EXISTS escrow (
 struct EscrowSql {
     body: String,
 }
+/// The product's face (`flashgate_core::Face`), as JSON: the pages read it
+/// whole, and no query looks inside it. Written with every config row; a
+/// table of its own, so that a product stored before faces existed gains
+/// it at load (as the key index) with its row format, and so its schema
+/// version, unchanged.
+const FACE_TABLE: &str = "CREATE TABLE IF NOT EXISTS face (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    face TEXT NOT NULL)";
 
 /// The states of a paid record, as stored.
 const PAID_STATES: &str = "state IN ('confirmed', 'voided')";
@@ -216,7 +225,8 @@ pub fn write(db: &mut impl SqlDb, changes: &[Change]) -> Result<(), StorageError
                     ticket_ttl_ms,
                     attempts_per_window_max,
                     attempt_window_ms,
-                } = *c;
+                    face,
+                } = c;
                 db.exec(
                     "INSERT OR REPLACE INTO config (id, per_buyer_max, quantity_max, hold_ttl_ms,
                         idem_window_ms, opens_at_ms, closes_at_ms, reservations_max,
@@ -224,19 +234,23 @@ pub fn write(db: &mut impl SqlDb, changes: &[Change]) -> Result<(), StorageError
                         attempt_window_ms)
                      VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     &[
-                        int(u64::from(per_buyer_max)),
-                        int(u64::from(quantity_max)),
-                        int(hold_ttl_ms),
-                        int(idem_window_ms),
-                        opt_int(opens_at_ms),
-                        opt_int(closes_at_ms),
-                        int(u64::from(reservations_max)),
-                        int(u64::from(admit_per_s)),
-                        int(prequeue_ms),
-                        int(ticket_ttl_ms),
-                        int(u64::from(attempts_per_window_max)),
-                        int(attempt_window_ms),
+                        int(u64::from(*per_buyer_max)),
+                        int(u64::from(*quantity_max)),
+                        int(*hold_ttl_ms),
+                        int(*idem_window_ms),
+                        opt_int(*opens_at_ms),
+                        opt_int(*closes_at_ms),
+                        int(u64::from(*reservations_max)),
+                        int(u64::from(*admit_per_s)),
+                        int(*prequeue_ms),
+                        int(*ticket_ttl_ms),
+                        int(u64::from(*attempts_per_window_max)),
+                        int(*attempt_window_ms),
                     ],
+                )?;
+                db.exec(
+                    "INSERT OR REPLACE INTO face (id, face) VALUES (1, ?)",
+                    &[SqlValue::Text(to_json(face)?)],
                 )?
             }
             Change::Put(Row::Escrow(e)) => db.exec(
@@ -525,6 +539,11 @@ impl AdmissionSql {
 }
 
 #[derive(Deserialize)]
+struct FaceSql {
+    face: String,
+}
+
+#[derive(Deserialize)]
 struct VersionSql {
     version: u64,
 }
@@ -576,8 +595,16 @@ pub fn load(
             outbox_retry_at_ms: m.outbox_retry_at_ms,
         }))?;
     }
-    // The config columns are the fields of `Config`, so it reads directly.
-    for c in db.query::<Config>("SELECT * FROM config")? {
+    // The config columns are the fields of `Config`, so it reads directly,
+    // all but the face, which has its own row.
+    db.exec(FACE_TABLE, &[])?;
+    let faces: Vec<FaceSql> = db.query("SELECT face FROM face")?;
+    let face: Box<Face> = match faces.into_iter().next() {
+        Some(f) => serde_json::from_str(&f.face).map_err(|_| corrupt("face"))?,
+        None => Box::default(),
+    };
+    for mut c in db.query::<Config>("SELECT * FROM config")? {
+        c.face = face.clone();
         each(Row::Config(c))?;
     }
     for a in db.query::<AdmissionSql>("SELECT * FROM admission")? {

@@ -28,7 +28,7 @@ function blocks() {
 }
 
 /** The examples this test runs, by name, in the order it runs them. */
-const RUN = ["secrets", "rotate", "mint-at-origin", "mint-yourself", "reserve", "confirm", "orders"];
+const RUN = ["secrets", "rotate", "face", "mint-at-origin", "mint-yourself", "reserve", "confirm", "orders"];
 
 const RUNNERS = {
   js: (dir, code) => {
@@ -87,8 +87,6 @@ test("the README's examples mint tokens, reserve, confirm and read the order bac
   try {
     const product = "readme-tee";
     const adminToken = secrets.ADMIN_TOKENS.slice(secrets.ADMIN_TOKENS.indexOf(":") + 1);
-    const created = await client(gate.url, adminToken).put(product, { stock_total: 10, per_buyer_max: 2 });
-    assert.equal(created.status, 201, `the generated admin token creates a product: ${JSON.stringify(created.body)}`);
     const env = {
       GATE_URL: gate.url,
       ORIGIN_URL: origin.url,
@@ -98,6 +96,14 @@ test("the README's examples mint tokens, reserve, confirm and read the order bac
       PAYMENT_KEY: rotated.split(",")[0],
       PRODUCT: product,
     };
+
+    // The product, created with its face as the README creates it, with
+    // the generated admin token; the edge then serves the face.
+    const created = JSON.parse(await run(example.face, dir, { ...env, ADMIN_TOKEN: adminToken }));
+    assert.equal(created.stock_total, 10, `the generated admin token creates a product: ${JSON.stringify(created)}`);
+    assert.deepEqual(created.face.name, { zh: "明前龙井", en: "Longjing tea, spring picking" });
+    const shown = (await client(gate.url, adminToken).product(product)).body;
+    assert.deepEqual(shown.face, created.face, "the edge serves the face it was given");
 
     // The shop's login, both ways; each token must be one the gate takes.
     const tokens = {

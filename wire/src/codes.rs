@@ -50,6 +50,7 @@ problem_codes! {
     MalformedJson => "malformed_json", 400, "Malformed JSON";
     InvalidBody => "invalid_body", 422, "Invalid request body";
     InvalidProductId => "invalid_product_id", 400, "Invalid product id";
+    InvalidQuery => "invalid_query", 400, "Invalid query";
     IdempotencyKeyMissing => "idempotency_key_missing", 400, "Idempotency-Key required";
     IdempotencyKeyInvalid => "idempotency_key_invalid", 400, "Invalid Idempotency-Key";
     TokenMissing => "token_missing", 401, "Buyer token required";

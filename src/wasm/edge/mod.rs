@@ -259,7 +259,16 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
         Route::Queue { product_id, join } => {
             return queue(&parts, env, &settings, &product_id, join, now).await;
         }
-        Route::ListProducts => return list_products(env).await,
+        Route::ListProducts => return list_products(env, false).await,
+        Route::AdminListProducts => {
+            if let Err(p) = auth::admin(&settings, parts.get(Field::Authorization)) {
+                return refuse(p);
+            }
+            if let Some(refused) = limit(env, &settings, Limiter::Admin, &ip).await? {
+                return Ok(refused);
+            }
+            return list_products(env, true).await;
+        }
         Route::Live { product_id } => {
             return live(&parts, env, &settings, &product_id, &ip, now).await;
         }
@@ -287,9 +296,16 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
     let product_id = route.product_id().to_string();
     let admin = route.is_admin();
     let drift = matches!(route, routes::ApiRoute::AdminDrift(_));
+    let orders = matches!(route, routes::ApiRoute::AdminOrders(_));
     let cmd = match routes::parse(&incoming, route, &settings, now) {
         Ok(c) => c,
         Err(p) => return refuse(p),
+    };
+    // After the admin token was checked: a stranger's bad query is a 401.
+    let orders_query = match orders.then(|| routes::orders_query(path_and_query)) {
+        Some(Err(p)) => return refuse(p),
+        Some(Ok(q)) => Some(q),
+        None => None,
     };
     // Then the buyer's own limit (after the token proved who it is), or
     // the admin's.
@@ -312,6 +328,9 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
         if let Err(p) = listed(env, &product_id).await {
             return refuse(p);
         }
+    }
+    if let Some(q) = orders_query {
+        return orders_page(&settings, &product_id, q).await;
     }
     // The product's stock shards, for the commands a shard keeps: they
     // are routed by the snapshot's count (`edge::shards`).
@@ -451,8 +470,9 @@ thread_local! {
 
 /// `GET /api/products`: the newest registered products that are open or
 /// scheduled, each read through the edge cache (as `GET
-/// /api/products/{id}` answers it).
-async fn list_products(env: &Env) -> worker::Result<web_sys::Response> {
+/// /api/products/{id}` answers it); with `all` (`GET /admin/products`,
+/// the console's list), whatever their state.
+async fn list_products(env: &Env, all: bool) -> worker::Result<web_sys::Response> {
     let now = now_ms();
     let cached = LISTED.with_borrow(|l| {
         l.as_ref()
@@ -490,7 +510,7 @@ async fn list_products(env: &Env) -> worker::Result<web_sys::Response> {
             snapshot,
         } = known
         {
-            if protocol::listed(snapshot.state) {
+            if all || protocol::listed(snapshot.state) {
                 if !first {
                     body.push(b',');
                 }
@@ -535,33 +555,87 @@ async fn drift_check(
     http::respond(&Reply::ok(200, crate::http::views::drift(&stats, origin)))
 }
 
-/// The origin's totals for a product, or why they could not be read.
-async fn origin_totals(
-    origin_url: &str,
-    token: &str,
+/// `GET /admin/products/{id}/orders`: a page of the product's orders at the
+/// origin, read with the gate's read token; when they cannot be read, an
+/// empty page and `origin_error`, as the drift says it.
+async fn orders_page(
+    settings: &Settings,
     product_id: &str,
-) -> Result<flashgate_wire::OriginTotals, String> {
+    q: routes::OrdersQuery,
+) -> worker::Result<web_sys::Response> {
+    let read = async {
+        let f = settings
+            .forwarding
+            .as_ref()
+            .ok_or("no origin is configured (ORIGIN_URL)")?;
+        let token = f
+            .read_token
+            .as_deref()
+            .ok_or("the gate has no read token for the origin (ORIGIN_READ_TOKEN)")?;
+        // The id's form and the query's digits were checked, so they go
+        // into the URL as they are.
+        let mut url = format!(
+            "{}/v1/orders?product_id={product_id}&limit={}",
+            f.origin_url, q.limit
+        );
+        if let Some(after) = q.after {
+            url.push_str(&format!("&after={after}"));
+        }
+        let mut resp = origin_get(&url, token).await?;
+        match resp.status_code() {
+            200 => resp
+                .json::<serde_json::Value>()
+                .await
+                .map_err(|e| format!("the origin's answer is unreadable: {e}")),
+            status => Err(format!("the origin answered {status}")),
+        }
+    };
+    let body = match read.await {
+        Ok(page) => json!({
+            "orders": page.get("orders").cloned().unwrap_or_else(|| json!([])),
+            "next_after": page.get("next_after").cloned().unwrap_or(serde_json::Value::Null),
+            "origin_error": null,
+        }),
+        Err(e) => json!({ "orders": [], "next_after": null, "origin_error": e.to_string() }),
+    };
+    http::respond(&Reply::ok(200, body))
+}
+
+/// A GET to the origin with a bearer token, within `ORIGIN_TIMEOUT_MS`; the
+/// error says why there is no answer.
+async fn origin_get(url: &str, token: &str) -> Result<Response, String> {
     let headers = Headers::new();
     headers
         .set("authorization", &format!("Bearer {token}"))
         .map_err(|e| e.to_string())?;
     let mut init = worker::RequestInit::new();
     init.with_headers(headers);
-    let url = format!("{origin_url}/v1/products/{product_id}");
-    let req = Request::new_with_init(&url, &init).map_err(|e| e.to_string())?;
+    let req = Request::new_with_init(url, &init).map_err(|e| e.to_string())?;
     let fetcher = worker::Fetch::Request(req);
     let fetch = fetcher.send();
     let timeout = Delay::from(Duration::from_millis(crate::limits::ORIGIN_TIMEOUT_MS));
-    let mut resp =
-        match futures_util::future::select(std::pin::pin!(fetch), std::pin::pin!(timeout)).await {
-            futures_util::future::Either::Left((Ok(r), _)) => r,
-            futures_util::future::Either::Left((Err(e), _)) => {
-                return Err(format!("the origin is unreachable: {e}"))
-            }
-            futures_util::future::Either::Right(_) => {
-                return Err("the origin did not answer in time".into())
-            }
-        };
+    // Bound to a name, not returned as the match itself: the future borrows
+    // `fetcher`, which must outlive it.
+    let answer = match futures_util::future::select(std::pin::pin!(fetch), std::pin::pin!(timeout))
+        .await
+    {
+        futures_util::future::Either::Left((Ok(r), _)) => Ok(r),
+        futures_util::future::Either::Left((Err(e), _)) => {
+            Err(format!("the origin is unreachable: {e}"))
+        }
+        futures_util::future::Either::Right(_) => Err("the origin did not answer in time".into()),
+    };
+    answer
+}
+
+/// The origin's totals for a product, or why they could not be read.
+async fn origin_totals(
+    origin_url: &str,
+    token: &str,
+    product_id: &str,
+) -> Result<flashgate_wire::OriginTotals, String> {
+    let url = format!("{origin_url}/v1/products/{product_id}");
+    let mut resp = origin_get(&url, token).await?;
     match resp.status_code() {
         200 => resp
             .json()
