@@ -293,7 +293,7 @@ fn sqlite_restores_exactly_what_the_gate_wrote() {
 #[test]
 fn an_object_over_sqlite_survives_a_reload() {
     let mut store = Lite::new();
-    let mut obj = ProductObject::new(SECRET);
+    let mut obj = ProductObject::new(SECRET, [7; 32]);
     let create = Command::Configure {
         product_id: "p1".into(),
         patch: serde_json::from_str(r#"{"stock_total": 3, "opens_at_ms": null}"#).unwrap(),
@@ -308,7 +308,7 @@ fn an_object_over_sqlite_survives_a_reload() {
     };
     let first = obj.command(&mut store, &reserve, 2).unwrap();
     assert_eq!(first.status, 201);
-    let mut fresh = ProductObject::new(SECRET);
+    let mut fresh = ProductObject::new(SECRET, [7; 32]);
     let again = fresh.command(&mut store, &reserve, 3).unwrap();
     assert_eq!((again.status, again.replayed), (200, true));
     assert_eq!(again.body, first.body);
@@ -332,7 +332,7 @@ fn an_object_over_sqlite_survives_a_reload() {
 #[test]
 fn a_batch_that_creates_a_product_can_read_its_storage_in_a_later_command() {
     let mut store = Lite::new();
-    let mut obj = ProductObject::new(SECRET);
+    let mut obj = ProductObject::new(SECRET, [7; 32]);
     let batch = vec![
         Command::Configure {
             product_id: "p1".into(),
@@ -408,7 +408,7 @@ fn a_failure_inside_a_batch_stores_none_of_it() {
     let mut statements = 0;
     loop {
         let mut store = Lite::new();
-        let mut obj = ProductObject::new(SECRET);
+        let mut obj = ProductObject::new(SECRET, [7; 32]);
         assert_eq!(obj.command(&mut store, &create, 1).unwrap().status, 201);
         obj.command(&mut store, &reserve("early", "k"), 2).unwrap();
         let before = store.load_all().unwrap();
@@ -444,7 +444,7 @@ fn a_failure_inside_a_batch_stores_none_of_it() {
 
     // The commit itself fails: nothing of the batch is stored.
     let mut store = Lite::new();
-    let mut obj = ProductObject::new(SECRET);
+    let mut obj = ProductObject::new(SECRET, [7; 32]);
     obj.command(&mut store, &create, 1).unwrap();
     let before = store.load_all().unwrap();
     store.fail_commit = true;

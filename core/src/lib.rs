@@ -25,7 +25,9 @@ mod buyers;
 pub mod config;
 pub mod escrow;
 pub mod gate;
+pub mod lottery;
 mod mix;
+pub mod odds;
 pub mod outbox;
 pub mod outcome;
 mod pacing;
@@ -39,7 +41,9 @@ pub use admission::{Admission, Arrivals, Named, QueueKey, Rules, Ticket, Waterma
 pub use archive::{Archive, NoArchive};
 pub use config::{limits, Config, ConfigError, ConfigPatch, Mode, SaleState};
 pub use gate::{Gate, ReservationView};
+pub use lottery::{Lottery, LotteryKey, Point, Published, Record, RecordFault};
 pub use mix::splitmix64;
+pub use odds::{odds, Odds, Uptake, Verdict};
 pub use outbox::{backoff_ms, OutboxEntry, OutboxEvent};
 pub use outcome::{
     AckOutcome, AdminRefusal, AdminRefusalKind, CancelKind, CancelOutcome, ConfirmKind,
