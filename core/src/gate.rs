@@ -96,12 +96,6 @@ pub struct Gate {
     pub(crate) joined: Option<Bloom>,
     /// Which part of the product's stock this gate keeps (`sharded.rs`).
     pub(crate) escrow: Escrow,
-    /// What admitted tickets did, for the waiting room's odds (`odds.rs`):
-    /// the admitted count, in thousandths, when the count began (`None`
-    /// after a load, until the first reserve with a ticket), and the units
-    /// reserved with a ticket since. Memory only, like the counters.
-    pub(crate) uptake_from_milli: Option<u64>,
-    pub(crate) uptake_units: u64,
 }
 
 /// The fewest buyers the paid buyers' filter is sized for, so that a
@@ -261,7 +255,6 @@ impl Gate {
         gate.admission
             .checkpoint(now_ms, gate.admission_rules(), stock_total > 0);
         gate.dirty.admission = true;
-        gate.uptake_from_milli = Some(0);
         gate.emit_stock(now_ms);
         gate.assert_stock();
         Ok(gate)
@@ -319,8 +312,6 @@ impl Gate {
             paid_buyers_sized_for: paid_buyers_sized_for(stock_total),
             joined: None,
             escrow: Escrow::Single,
-            uptake_from_milli: None,
-            uptake_units: 0,
         }
     }
 
@@ -664,9 +655,6 @@ impl Gate {
         self.assert_stock();
         self.dirty.meta = true;
         self.dirty.keys.push(ItemKey::Reservation(id));
-        if ticket.is_some() && self.config.admit_per_s > 0 {
-            self.observe_uptake(now_ms, quantity);
-        }
         self.sync_admission(now_ms);
         ReserveOutcome::Reserved {
             reservation_id: id,
@@ -1102,27 +1090,19 @@ impl Gate {
         }
     }
 
-    /// Counts `units` reserved by an admitted ticket.
-    fn observe_uptake(&mut self, now_ms: u64, units: u32) {
-        if self.uptake_from_milli.is_none() {
-            let rules = self.admission_rules();
-            // The tickets admitted before this one did what the gate did
-            // not see (it loaded since): the count starts here.
-            let before = self.admission.admitted_milli(now_ms, rules);
-            self.uptake_from_milli = Some(before.saturating_sub(1000));
-        }
-        self.uptake_units = self.uptake_units.saturating_add(u64::from(units));
-    }
-
-    /// What the tickets admitted so far did, as far as this gate saw it.
+    /// What the tickets admitted so far took: the product's units held or
+    /// sold (every shard's, as home knows them) against the tickets
+    /// admitted. Derived from stored state, so it survives a reload and
+    /// counts reserves made at any shard; units a buyer gave back are not
+    /// counted, as they are on sale again.
     pub fn uptake(&self, now_ms: u64) -> Uptake {
-        let admitted_milli = self
-            .admission
-            .admitted_milli(now_ms, self.admission_rules());
-        let from = self.uptake_from_milli.unwrap_or(admitted_milli);
+        let l = self.product_levels();
         Uptake {
-            admitted: admitted_milli.saturating_sub(from) / 1000,
-            units: self.uptake_units,
+            admitted: self
+                .admission
+                .admitted_milli(now_ms, self.admission_rules())
+                / 1000,
+            units: l.held.saturating_add(l.sold),
         }
     }
 

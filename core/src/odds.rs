@@ -36,15 +36,13 @@ impl Verdict {
     }
 }
 
-/// What the object has seen admitted tickets do: of the tickets admitted
-/// since it loaded, how many units they reserved. Memory only (the counts
-/// restart at a reload; the prior covers the gap).
+/// What the object has seen admitted tickets take (`Gate::uptake`): the
+/// tickets admitted so far, and the product's units held or sold.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Uptake {
-    /// Tickets admitted since the observation began.
     pub admitted: u64,
-    /// Units reserved with a ticket since then (a unit that returns and is
-    /// reserved again counts again: it is demand).
+    /// Units held or sold. Units a buyer gave back (a hold that expired or
+    /// was cancelled) are on sale again, so they are not counted.
     pub units: u64,
 }
 
