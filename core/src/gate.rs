@@ -1044,8 +1044,11 @@ impl Gate {
     /// up, or rescheduled before any ticket). The shell then draws one and
     /// hands it in (`handle_lottery_key`) in the same event, so that no
     /// snapshot, and so no ticket, goes out without it.
+    /// A stock shard takes its room, key included, from home's replies.
     pub fn lottery_wanted(&self) -> bool {
-        self.config.admit_per_s > 0 && self.admission.lottery.key.is_none()
+        self.config.admit_per_s > 0
+            && self.admission.lottery.key.is_none()
+            && !matches!(self.escrow, Escrow::Shard(_))
     }
 
     /// A key the shell drew for the lottery (32 random bytes), taken only
