@@ -569,3 +569,55 @@ fn a_second_record_under_a_key_is_refused_and_old_stores_get_the_index() {
 struct IdSql {
     id: u64,
 }
+
+/// A waiting room's lottery key and record survive a reload; a store from
+/// before the `room_record` table loads unchanged (no key yet, an empty
+/// record), gets the table, and its object draws a key at the next event.
+#[test]
+fn the_lottery_and_record_survive_a_reload_and_old_stores_load() {
+    let mut store = Lite::new();
+    let mut obj = ProductObject::new(SECRET, [7; 32]);
+    let create = Command::Configure {
+        product_id: "p-room".into(),
+        patch: serde_json::from_str(r#"{"stock_total": 3, "admit_per_s": 5}"#).unwrap(),
+    };
+    let created = obj.command(&mut store, &create, 1).unwrap();
+    assert_eq!(created.status, 201);
+    let commitment = created.body["lottery_commitment"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(commitment.len(), 64);
+    // Open from the start: the key is public, and hashes to the commitment.
+    let key = created.body["lottery_key"].as_str().unwrap().to_owned();
+    let bytes = flashgate_wire::lottery::parse_key(&key).unwrap();
+    assert_eq!(flashgate_wire::lottery::commitment(&bytes), commitment);
+    let read = Command::GetProduct {
+        product_id: "p-room".into(),
+    };
+    let mut fresh = ProductObject::new(SECRET, [8; 32]);
+    let again = fresh.command(&mut store, &read, 2).unwrap();
+    assert_eq!(
+        again.body["lottery_key"],
+        key.as_str(),
+        "the key is stored, not redrawn"
+    );
+
+    // An older store: no room_record table.
+    store.exec("DROP TABLE room_record", &[]).unwrap();
+    let mut old = ProductObject::new(SECRET, [9; 32]);
+    let p = old.command(&mut store, &read, 3).unwrap();
+    assert_eq!(p.status, 200);
+    assert!(p.body["lottery_key"].is_null(), "{}", p.body);
+    // The next change draws a key, and it is stored.
+    let restock = Command::Restock {
+        product_id: "p-room".into(),
+        units: 1,
+    };
+    assert_eq!(old.command(&mut store, &restock, 4).unwrap().status, 200);
+    let p = ProductObject::new(SECRET, [1; 32])
+        .command(&mut store, &read, 5)
+        .unwrap();
+    let drawn = p.body["lottery_key"].as_str().unwrap();
+    assert_ne!(drawn, key, "a new key, from this object's seed");
+}

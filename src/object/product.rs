@@ -222,13 +222,14 @@ impl ProductObject {
 
     /// Hands the gate a lottery key if it wants one (a room just set up or
     /// rescheduled), in the event that made it want one, so that its rows
-    /// carry the key and no snapshot goes out without it.
-    fn draw_lottery_key(&mut self) {
+    /// carry the key and no snapshot goes out without it. Returns whether
+    /// it drew one.
+    fn draw_lottery_key(&mut self) -> bool {
         let Some(p) = self.product.as_mut() else {
-            return;
+            return false;
         };
         if !p.gate.lottery_wanted() {
-            return;
+            return false;
         }
         use sha2::{Digest, Sha256};
         self.draws += 1;
@@ -237,6 +238,7 @@ impl ProductObject {
         h.update(self.entropy);
         h.update(self.draws.to_be_bytes());
         p.gate.handle_lottery_key(LotteryKey(h.finalize().into()));
+        true
     }
 
     /// Reloads from storage if memory cannot be trusted.
@@ -363,7 +365,15 @@ impl ProductObject {
             &reader,
         );
         let store = reader.finish()?;
-        self.draw_lottery_key();
+        let mut reply = reply;
+        if self.draw_lottery_key() && matches!(cmd, Command::Configure { .. }) && reply.status < 300
+        {
+            // The admin's answer is the product as it now stands: with the
+            // commitment to the key just drawn.
+            if let Some(p) = &self.product {
+                reply.body = crate::http::views::product(&p.gate, &p.id, now_ms);
+            }
+        }
         let created = !existed && self.product.is_some();
         self.persist(store, created)?;
         Ok(reply)
