@@ -925,6 +925,11 @@ async fn phases(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<()> {
         m.last = stats(ctx, Patience::Final).await.ok().flatten();
         return Ok(());
     }
+    // The room is judged once every buyer is done, before the settling
+    // (which a run without an origin to read may end early).
+    if ctx.cfg.audit {
+        m.audit = Some(audit_sale(ctx, m).await?);
+    }
     m.last = stats(ctx, Patience::Run).await?;
 
     // Settle: the outbox drains (flashgate), the queue's consumer catches
@@ -1045,9 +1050,6 @@ async fn phases(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<()> {
             );
         }
         _ => {}
-    }
-    if ctx.cfg.audit {
-        m.audit = Some(audit_sale(ctx, m).await?);
     }
     Ok(())
 }
