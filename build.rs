@@ -4,7 +4,8 @@
 //!   into the JSON the Worker serves at `/openapi.json` and the tests read.
 //!   YAML is for people; the Worker has no YAML parser and needs none.
 //! - The pages (`web/*.html` with `web/shared.js` inlined where they say
-//!   `/*SHARED*/`), and the SHA-256 of every inline `<script>` and `<style>`
+//!   `/*SHARED*/`, and `web/odds.js` where they say `/*ODDS*/`), and the
+//!   SHA-256 of every inline `<script>` and `<style>`
 //!   in them, which the pages' Content-Security-Policy allows and nothing
 //!   else. The page the gate serves and the hash it allows come from these
 //!   same bytes, so an edited page cannot drift from its hash.
@@ -21,8 +22,8 @@ const PAGES: [(&str, &str); 3] = [
     ("PRODUCT", "web/product.html"),
     ("ADMIN", "web/admin.html"),
 ];
-const SHARED: &str = "web/shared.js";
-const SHARED_SLOT: &str = "/*SHARED*/";
+/// The scripts pages share, each inlined where a page names its slot.
+const MODULES: [(&str, &str); 2] = [("/*SHARED*/", "web/shared.js"), ("/*ODDS*/", "web/odds.js")];
 
 fn main() {
     let out = std::env::var("OUT_DIR").expect("cargo sets OUT_DIR");
@@ -41,14 +42,23 @@ fn openapi(out: &Path) {
 }
 
 fn pages(out: &Path) {
-    println!("cargo:rerun-if-changed={SHARED}");
-    let shared = std::fs::read_to_string(SHARED).expect("web/shared.js is readable");
+    let modules: Vec<(&str, String)> = MODULES
+        .iter()
+        .map(|&(slot, path)| {
+            println!("cargo:rerun-if-changed={path}");
+            let text =
+                std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path} is readable: {e}"));
+            (slot, text)
+        })
+        .collect();
     let mut code = String::from("// Made by build.rs from web/; do not edit.\n");
     for (name, path) in PAGES {
         println!("cargo:rerun-if-changed={path}");
-        let page = std::fs::read_to_string(path)
-            .unwrap_or_else(|e| panic!("{path} is readable: {e}"))
-            .replace(SHARED_SLOT, &shared);
+        let mut page =
+            std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path} is readable: {e}"));
+        for (slot, text) in &modules {
+            page = page.replace(slot, text);
+        }
         let file = format!("{}.html", name.to_ascii_lowercase());
         std::fs::write(out.join(&file), &page).expect("OUT_DIR is writable");
         let scripts = inline(&page, "script", path);

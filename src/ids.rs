@@ -177,12 +177,6 @@ impl TicketKey {
         }
         mac.verify_slice(given).is_ok()
     }
-
-    /// The buyer's tiebreak in the product's queue.
-    pub fn tiebreak(&self, product_id: &str, buyer_id: &str) -> u32 {
-        let t = self.tag(&[b"tiebreak", product_id.as_bytes(), buyer_id.as_bytes()]);
-        u32::from_be_bytes([t[0], t[1], t[2], t[3]])
-    }
 }
 
 #[cfg(test)]

@@ -308,7 +308,7 @@ impl Sim {
             rng: Rng::new(seed),
             now: 1_000_000,
             store: MemStorage::default(),
-            object: ProductObject::new(SECRET),
+            object: ProductObject::new(SECRET, seed.to_le_bytes().repeat(4).try_into().unwrap()),
             origin: Origin::default(),
             reserved: BTreeMap::new(),
             confirmed: BTreeSet::new(),
@@ -643,7 +643,8 @@ impl Sim {
                 // Eviction: the object is rebuilt from storage, and a delivery
                 // in flight dies with the old instance.
                 // Commands waiting for a batch die unanswered with it.
-                self.object = ProductObject::new(SECRET);
+                let entropy = self.rng.next_u64().to_le_bytes().repeat(4);
+                self.object = ProductObject::new(SECRET, entropy.try_into().unwrap());
                 self.in_flight = None;
                 let lost = std::mem::take(&mut self.pending).len();
                 format!("evicted ({lost} unanswered commands)")

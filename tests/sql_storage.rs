@@ -303,7 +303,7 @@ fn sqlite_restores_exactly_what_the_gate_wrote() {
 #[test]
 fn an_object_over_sqlite_survives_a_reload() {
     let mut store = Lite::new();
-    let mut obj = ProductObject::new(SECRET);
+    let mut obj = ProductObject::new(SECRET, [7; 32]);
     let create = Command::Configure {
         product_id: "p1".into(),
         patch: serde_json::from_str(r#"{"stock_total": 3, "opens_at_ms": null}"#).unwrap(),
@@ -318,7 +318,7 @@ fn an_object_over_sqlite_survives_a_reload() {
     };
     let first = obj.command(&mut store, &reserve, 2).unwrap();
     assert_eq!(first.status, 201);
-    let mut fresh = ProductObject::new(SECRET);
+    let mut fresh = ProductObject::new(SECRET, [7; 32]);
     let again = fresh.command(&mut store, &reserve, 3).unwrap();
     assert_eq!((again.status, again.replayed), (200, true));
     assert_eq!(again.body, first.body);
@@ -340,7 +340,7 @@ fn an_object_over_sqlite_survives_a_reload() {
 #[test]
 fn a_face_survives_a_reload_and_a_refused_face_changes_nothing() {
     let mut store = Lite::new();
-    let mut obj = ProductObject::new(SECRET);
+    let mut obj = ProductObject::new(SECRET, [7; 32]);
     let configure = |patch: &str| Command::Configure {
         product_id: "p1".into(),
         patch: serde_json::from_str(patch).unwrap_or_else(|e| panic!("{patch}: {e}")),
@@ -390,7 +390,7 @@ fn a_face_survives_a_reload_and_a_refused_face_changes_nothing() {
             "{bad}"
         );
     }
-    let mut fresh = ProductObject::new(SECRET);
+    let mut fresh = ProductObject::new(SECRET, [7; 32]);
     let p = fresh.command(&mut store, &read, 3).unwrap();
     assert_eq!(p.body["face"], face, "the face survives a reload");
     // `{}` clears it.
@@ -403,7 +403,7 @@ fn a_face_survives_a_reload_and_a_refused_face_changes_nothing() {
     );
     // A store from before faces: no face table. The load makes it.
     store.exec("DROP TABLE face", &[]).unwrap();
-    let mut old = ProductObject::new(SECRET);
+    let mut old = ProductObject::new(SECRET, [7; 32]);
     let p = old.command(&mut store, &read, 5).unwrap();
     assert_eq!((p.status, &p.body["face"]), (200, &serde_json::json!({})));
 }
@@ -418,7 +418,7 @@ fn a_face_survives_a_reload_and_a_refused_face_changes_nothing() {
 #[test]
 fn a_batch_that_creates_a_product_can_read_its_storage_in_a_later_command() {
     let mut store = Lite::new();
-    let mut obj = ProductObject::new(SECRET);
+    let mut obj = ProductObject::new(SECRET, [7; 32]);
     let batch = vec![
         Command::Configure {
             product_id: "p1".into(),
@@ -494,7 +494,7 @@ fn a_failure_inside_a_batch_stores_none_of_it() {
     let mut statements = 0;
     loop {
         let mut store = Lite::new();
-        let mut obj = ProductObject::new(SECRET);
+        let mut obj = ProductObject::new(SECRET, [7; 32]);
         assert_eq!(obj.command(&mut store, &create, 1).unwrap().status, 201);
         obj.command(&mut store, &reserve("early", "k"), 2).unwrap();
         let before = store.load_all().unwrap();
@@ -530,7 +530,7 @@ fn a_failure_inside_a_batch_stores_none_of_it() {
 
     // The commit itself fails: nothing of the batch is stored.
     let mut store = Lite::new();
-    let mut obj = ProductObject::new(SECRET);
+    let mut obj = ProductObject::new(SECRET, [7; 32]);
     obj.command(&mut store, &create, 1).unwrap();
     let before = store.load_all().unwrap();
     store.fail_commit = true;
@@ -654,4 +654,56 @@ fn a_second_record_under_a_key_is_refused_and_old_stores_get_the_index() {
 #[derive(serde::Deserialize)]
 struct IdSql {
     id: u64,
+}
+
+/// A waiting room's lottery key and record survive a reload; a store from
+/// before the `room_record` table loads unchanged (no key yet, an empty
+/// record), gets the table, and its object draws a key at the next event.
+#[test]
+fn the_lottery_and_record_survive_a_reload_and_old_stores_load() {
+    let mut store = Lite::new();
+    let mut obj = ProductObject::new(SECRET, [7; 32]);
+    let create = Command::Configure {
+        product_id: "p-room".into(),
+        patch: serde_json::from_str(r#"{"stock_total": 3, "admit_per_s": 5}"#).unwrap(),
+    };
+    let created = obj.command(&mut store, &create, 1).unwrap();
+    assert_eq!(created.status, 201);
+    let commitment = created.body["lottery_commitment"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(commitment.len(), 64);
+    // Open from the start: the key is public, and hashes to the commitment.
+    let key = created.body["lottery_key"].as_str().unwrap().to_owned();
+    let bytes = flashgate_wire::lottery::parse_key(&key).unwrap();
+    assert_eq!(flashgate_wire::lottery::commitment(&bytes), commitment);
+    let read = Command::GetProduct {
+        product_id: "p-room".into(),
+    };
+    let mut fresh = ProductObject::new(SECRET, [8; 32]);
+    let again = fresh.command(&mut store, &read, 2).unwrap();
+    assert_eq!(
+        again.body["lottery_key"],
+        key.as_str(),
+        "the key is stored, not redrawn"
+    );
+
+    // An older store: no room_record table.
+    store.exec("DROP TABLE room_record", &[]).unwrap();
+    let mut old = ProductObject::new(SECRET, [9; 32]);
+    let p = old.command(&mut store, &read, 3).unwrap();
+    assert_eq!(p.status, 200);
+    assert!(p.body["lottery_key"].is_null(), "{}", p.body);
+    // The next change draws a key, and it is stored.
+    let restock = Command::Restock {
+        product_id: "p-room".into(),
+        units: 1,
+    };
+    assert_eq!(old.command(&mut store, &restock, 4).unwrap().status, 200);
+    let p = ProductObject::new(SECRET, [1; 32])
+        .command(&mut store, &read, 5)
+        .unwrap();
+    let drawn = p.body["lottery_key"].as_str().unwrap();
+    assert_ne!(drawn, key, "a new key, from this object's seed");
 }

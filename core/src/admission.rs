@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bloom::Bloom;
 use crate::config::limits;
+use crate::lottery::{Lottery, Record};
 
 /// A ticket as the edge verified it: when its buyer arrived, and its
 /// tiebreak.
@@ -205,6 +206,13 @@ pub struct Admission {
     /// or from the pre-queue after the opening) moves the count-based
     /// watermark back; this floor keeps everyone admitted admitted.
     pub floor: Option<QueueKey>,
+    /// The sale's lottery key, whose hash orders the pre-queue
+    /// (`lottery.rs`).
+    #[serde(default)]
+    pub lottery: Lottery,
+    /// The watermark over time, for anyone to check the order by.
+    #[serde(default)]
+    pub record: Record,
 }
 
 impl Admission {

@@ -89,6 +89,19 @@ pub mod limits {
     /// the three decimals some currencies (KWD) have.
     pub const FACE_PRICE_INTEGER_DIGITS_MAX: usize = 9;
     pub const FACE_PRICE_FRACTION_DIGITS_MAX: usize = 3;
+    /// The waiting room's odds (`odds.rs`) assume this many admitted
+    /// tickets that took one unit each before the object's own count, so
+    /// that the first verdicts, from a handful of tickets, are not
+    /// optimistic by chance.
+    pub const UPTAKE_PRIOR_TICKETS: u64 = 20;
+    /// The admission record (`lottery::Record`): at most this many points
+    /// of the watermark over time, at most one per `RECORD_STEP_MS` at
+    /// first; when full, every other point goes and the step doubles. A
+    /// point is about 100 bytes of JSON, so the record stays under 13 KB
+    /// in the stored row and in each snapshot; an hour's sale ends with a
+    /// point about every 32 s.
+    pub const RECORD_POINTS_MAX: usize = 128;
+    pub const RECORD_STEP_MS: u64 = 1_000;
 
     const _: () = assert!(OUTBOX_BACKOFF_BASE_MS <= OUTBOX_BACKOFF_CAP_MS);
     const _: () = assert!(HOLD_TTL_MS_MIN <= HOLD_TTL_MS_MAX);

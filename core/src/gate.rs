@@ -9,12 +9,13 @@
 //!
 //! Its methods follow quinn-proto's taxonomy:
 //! - getters, which change nothing: `config`, `mode`, `stock_total`,
-//!   `phase`, `reservation`, `admission`, `buyers_filter`, `levels`,
+//!   `phase`, `reservation`, `admission`, `uptake`, `buyers_filter`, `levels`,
 //!   `stats`, `rows`;
 //! - inputs, `handle_*`: a buyer's `handle_reserve`, the payment backend's
 //!   `handle_confirm`, a buyer's `handle_cancel`, the edge's
-//!   `handle_arrivals`, the origin's `handle_ack` and `handle_nack`, and
-//!   the clock's `handle_timeout`;
+//!   `handle_arrivals`, the shell's `handle_lottery_key` (the randomness
+//!   the core has none of), the origin's `handle_ack` and `handle_nack`,
+//!   and the clock's `handle_timeout`;
 //! - mutators, the admin's: `configure` (with its shortcuts `set_rules`,
 //!   `set_total`, `set_mode`), `restock`, `void`;
 //! - outputs, `poll_*`: when to be woken (`poll_timeout`), the outbox batch
@@ -27,6 +28,8 @@ use crate::archive::Archive;
 use crate::bloom::Bloom;
 use crate::buyers::{BuyerSlot, Buyers};
 use crate::config::{limits, Config, ConfigPatch, Mode, SaleState};
+use crate::lottery::LotteryKey;
+use crate::odds::Uptake;
 use crate::outbox::{Outbox, OutboxEntry, OutboxEvent};
 use crate::outcome::{
     AckOutcome, AdminRefusal, CancelOutcome, ConfirmOutcome, Confirmation, InvalidInput,
@@ -1027,12 +1030,83 @@ impl Gate {
             let forgotten = arrivals.forget_rejoins(joined);
             self.counters.rejoins_uncounted += forgotten;
         }
-        if arrivals.is_empty() {
+        if !arrivals.is_empty() {
+            let rules = self.admission_rules();
+            self.admission.record(now_ms, rules, &arrivals);
+            self.dirty.admission = true;
+        }
+        // Every edge's refresh comes here about once a second: the record
+        // of the watermark is kept on that beat, as it stands from now on.
+        self.note_record(now_ms);
+    }
+
+    /// Whether the waiting room needs a lottery key: it has none (just set
+    /// up, or rescheduled before any ticket). The shell then draws one and
+    /// hands it in (`handle_lottery_key`) in the same event, so that no
+    /// snapshot, and so no ticket, goes out without it.
+    /// A stock shard takes its room, key included, from home's replies.
+    pub fn lottery_wanted(&self) -> bool {
+        self.config.admit_per_s > 0
+            && self.admission.lottery.key.is_none()
+            && !matches!(self.escrow, Escrow::Shard(_))
+    }
+
+    /// A key the shell drew for the lottery (32 random bytes), taken only
+    /// if one is wanted: a drawn key is never replaced once tickets could
+    /// have been ordered by it.
+    pub fn handle_lottery_key(&mut self, key: LotteryKey) {
+        if self.lottery_wanted() {
+            self.admission.lottery.key = Some(key);
+            self.dirty.admission = true;
+        }
+    }
+
+    /// A new schedule gets a new key if nobody could have joined under the
+    /// old one (its pre-queue had not opened and no ticket was reported):
+    /// the old commitment then orders nothing, and a key told at an opening
+    /// that was called off must not order the next one.
+    fn redraw_if_rescheduled(&mut self, now_ms: u64, config: &Config) {
+        let moved = (config.opens_at_ms, config.prequeue_ms)
+            != (self.config.opens_at_ms, self.config.prequeue_ms);
+        let untouched = self.admission.reported() == 0
+            && self
+                .config
+                .opens_at_ms
+                .is_some_and(|o| now_ms < o.saturating_sub(self.config.prequeue_ms));
+        if moved && untouched && self.admission.lottery.key.is_some() {
+            self.admission.lottery.key = None;
+            self.dirty.admission = true;
+        }
+    }
+
+    /// Notes the watermark in the admission record (`lottery::Record`).
+    fn note_record(&mut self, now_ms: u64) {
+        if self.config.admit_per_s == 0 {
             return;
         }
-        let rules = self.admission_rules();
-        self.admission.record(now_ms, rules, &arrivals);
-        self.dirty.admission = true;
+        let below = self
+            .admission
+            .watermark(now_ms, self.admission_rules())
+            .below;
+        if self.admission.record.note(now_ms, below) {
+            self.dirty.admission = true;
+        }
+    }
+
+    /// What the tickets admitted so far took: the product's units held or
+    /// sold (every shard's, as home knows them) against the tickets
+    /// admitted. Derived from stored state, so it survives a reload and
+    /// counts reserves made at any shard; units a buyer gave back are not
+    /// counted, as they are on sale again.
+    pub fn uptake(&self, now_ms: u64) -> Uptake {
+        let l = self.product_levels();
+        Uptake {
+            admitted: self
+                .admission
+                .admitted_milli(now_ms, self.admission_rules())
+                / 1000,
+            units: l.held.saturating_add(l.sold),
+        }
     }
 
     /// The waiting room's state, for the edge to answer polls from.
@@ -1267,6 +1341,7 @@ impl Gate {
                     .collect();
             }
             let rules_before = self.admission_rules();
+            self.redraw_if_rescheduled(now_ms, &config);
             self.config = config;
             self.dirty.config = true;
             if self.admission_rules() != rules_before {

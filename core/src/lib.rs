@@ -26,7 +26,9 @@ pub mod config;
 pub mod escrow;
 pub mod face;
 pub mod gate;
+pub mod lottery;
 mod mix;
+pub mod odds;
 pub mod outbox;
 pub mod outcome;
 mod pacing;
@@ -41,7 +43,9 @@ pub use archive::{Archive, NoArchive};
 pub use config::{limits, Config, ConfigError, ConfigPatch, Mode, SaleState};
 pub use face::{Face, FaceError, Localized, Price};
 pub use gate::{Gate, ReservationView};
+pub use lottery::{Lottery, LotteryKey, Point, Published, Record, RecordFault};
 pub use mix::splitmix64;
+pub use odds::{odds, Odds, Uptake, Verdict};
 pub use outbox::{backoff_ms, OutboxEntry, OutboxEvent};
 pub use outcome::{
     AckOutcome, AdminRefusal, AdminRefusalKind, CancelKind, CancelOutcome, ConfirmKind,

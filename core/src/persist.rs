@@ -601,5 +601,8 @@ fn check_admission(a: &crate::admission::Admission) -> Result<(), RestoreError> 
     if a.base_milli > a.reported().saturating_mul(1000) {
         return bad("more admitted than reported");
     }
+    if a.record.check().is_err() {
+        return bad("an admission record out of order or past its bound");
+    }
     Ok(())
 }

@@ -266,3 +266,69 @@ mod rejoins {
         assert_eq!(serde_json::to_string(&parsed).unwrap(), old);
     }
 }
+
+mod lottery {
+    use flashgate_core::{Arrivals, ConfigPatch, Gate, LotteryKey, NoArchive, Published, Ticket};
+
+    const NOW: u64 = 1_000_000;
+
+    fn patch(opens_at_ms: u64) -> ConfigPatch {
+        ConfigPatch {
+            stock_total: Some(10),
+            admit_per_s: Some(5),
+            opens_at_ms: Some(Some(opens_at_ms)),
+            prequeue_ms: Some(60_000),
+            ..ConfigPatch::default()
+        }
+    }
+
+    #[test]
+    fn a_key_is_drawn_once_and_redrawn_only_while_nobody_could_have_joined() {
+        let mut g = Gate::create(NOW, &patch(NOW + 3_600_000)).unwrap();
+        assert!(g.lottery_wanted(), "a new room wants a key");
+        g.handle_lottery_key(LotteryKey([1; 32]));
+        assert!(!g.lottery_wanted());
+        // A second key is not taken: the first may order tickets already.
+        g.handle_lottery_key(LotteryKey([2; 32]));
+        assert_eq!(g.admission().lottery.key, Some(LotteryKey([1; 32])));
+        let opens = NOW + 3_600_000;
+        assert_eq!(
+            g.admission().lottery.published(NOW, Some(opens)),
+            Published::Commitment(LotteryKey([1; 32]))
+        );
+        // Rescheduled before its pre-queue opened: a new key for the new
+        // schedule.
+        g.configure(&NoArchive, NOW + 1, &patch(opens + 1_000))
+            .unwrap();
+        assert!(
+            g.lottery_wanted(),
+            "a reschedule before anyone joined redraws"
+        );
+        g.handle_lottery_key(LotteryKey([3; 32]));
+        // Once the pre-queue is open and a ticket is counted, the key stays.
+        let in_prequeue = opens + 1_000 - 30_000;
+        let mut a = Arrivals::default();
+        a.add(
+            &Ticket {
+                arrived_ms: in_prequeue,
+                tiebreak: 7,
+            },
+            Some(opens + 1_000),
+        );
+        g.handle_arrivals(in_prequeue, &a);
+        g.configure(&NoArchive, in_prequeue + 1, &patch(opens + 60_000))
+            .unwrap();
+        assert!(!g.lottery_wanted());
+        assert_eq!(g.admission().lottery.key, Some(LotteryKey([3; 32])));
+        // No room, no key wanted.
+        let none = Gate::create(
+            NOW,
+            &ConfigPatch {
+                stock_total: Some(1),
+                ..ConfigPatch::default()
+            },
+        )
+        .unwrap();
+        assert!(!none.lottery_wanted());
+    }
+}

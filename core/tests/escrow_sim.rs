@@ -29,7 +29,8 @@ const PER_BUYER_MAX: u32 = 3;
 #[derive(Clone, Debug)]
 enum Message {
     Report(ShardReport),
-    Reply { to: u16, reply: ShardReply },
+    // Boxed: a reply carries the whole waiting room (its record included).
+    Reply { to: u16, reply: Box<ShardReply> },
 }
 
 /// An object: its gate and the rows it has written.
@@ -177,7 +178,7 @@ impl Sim {
                 }
                 self.send(Message::Reply {
                     to: report.index,
-                    reply,
+                    reply: Box::new(reply),
                 });
             }
             Message::Reply { to, reply } => {

@@ -29,7 +29,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use flashgate_core::{
     backoff_ms, limits, splitmix64, AckOutcome, AdminRefusal, Admission, Arrivals, CancelOutcome,
     Change, Config, ConfirmOutcome, Confirmation, Gate, HoldState, InvalidInput, ItemKey, Mode,
-    OutboxEvent, ReservationView, ReserveOutcome, Row, RowKey, Rules, SaleState, Ticket, Voided,
+    OutboxEvent, Point, ReservationView, ReserveOutcome, Row, RowKey, Rules, SaleState, Ticket,
+    Voided,
 };
 
 use flashgate_testkit::{run_plan, Plan, Rng, Simulation};
@@ -443,6 +444,9 @@ struct Sim {
     key_counter: u64,
     /// Tickets reported to the waiting room, for reserves to carry.
     tickets: Vec<Ticket>,
+    /// The admission record's newest point when last checked: a point
+    /// that differs was taken in this step.
+    record_last: Option<Point>,
     restores: u64,
     /// `op:code` of every outcome produced, for the coverage test.
     seen: std::collections::BTreeSet<String>,
@@ -558,6 +562,7 @@ impl Sim {
             sent: Vec::new(),
             key_counter: 0,
             tickets: Vec::new(),
+            record_last: None,
             restores: 0,
             seen: Default::default(),
             tally: BTreeMap::new(),
@@ -1131,6 +1136,30 @@ impl Sim {
             ),
             "waiting room (reported, admitted, advancing)"
         );
+        // The admission record against the model's FIFO: well formed, a
+        // point taken now is the model's watermark now, and its bounds
+        // hold every ticket the model admits now below them and every
+        // other ticket above.
+        let record = &adm.record;
+        assert_eq!(record.check(), Ok(()), "admission record");
+        assert!(record.points.len() <= limits::RECORD_POINTS_MAX);
+        let model_w = m.adm.watermark(self.now, rules);
+        let newest = record.points.last().copied();
+        if newest != self.record_last {
+            let p = newest.expect("a record only grows");
+            assert_eq!(p.at_ms, self.now, "a point is taken when it is noted");
+            assert_eq!(p.below, model_w.below, "record point vs the model");
+        }
+        let now_w = adm.watermark(self.now, rules).below;
+        for t in &self.tickets {
+            let key = t.key(rules.opens_at_ms);
+            if model_w.admits(key) {
+                assert!(key < record.at_most(self.now, now_w), "{t:?} admitted");
+            } else {
+                assert!(record.at_least(self.now) <= key, "{t:?} waiting");
+            }
+        }
+        self.record_last = newest;
         // Storage, fed only by poll_changes, is exactly the gate's rows; an
         // archived gate holds them all but the paid records, which it has
         // handed to storage and keeps none of.

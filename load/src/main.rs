@@ -88,6 +88,11 @@ struct Args {
     /// Print the report as JSON instead of the table.
     #[arg(long)]
     json: bool,
+    /// Audit the waiting room from outside: the lottery's commitment
+    /// against its key, each ticket's tiebreak, and the admission record
+    /// against what the buyers saw (exits 1 on a violation).
+    #[arg(long)]
+    audit: bool,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -161,6 +166,7 @@ async fn main() {
             origin_read_token: args.origin_read_token.clone(),
             patience_ms: args.patience_ms,
             settle_timeout_ms: args.settle_timeout_ms,
+            audit: args.audit,
             progress: match args.progress {
                 ProgressArg::Auto if std::io::IsTerminal::is_terminal(&std::io::stderr()) => {
                     Progress::Bar

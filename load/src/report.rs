@@ -143,6 +143,8 @@ pub struct Report {
     pub verdict: Option<Verdict>,
     /// For a product of several stock shards, what the escrow cost.
     pub escrow: Option<EscrowFigures>,
+    /// The waiting room's audit (`--audit`), if asked for.
+    pub audit: Option<crate::audit::AuditReport>,
 }
 
 /// What a product of several stock shards cost the run, from the gate's
@@ -196,8 +198,10 @@ impl Report {
     /// `report` with its status worked out from its verdict and whether it
     /// is complete.
     pub fn judged(mut report: Report) -> Report {
+        let audit_failed = report.audit.as_ref().is_some_and(|a| !a.passed());
         report.status = match (&report.verdict, &report.incomplete) {
             (Some(v), _) if !v.passed() => Status::Fail,
+            _ if audit_failed => Status::Fail,
             (_, Some(_)) => Status::Incomplete,
             (Some(_), None) => Status::Pass,
             (None, None) => Status::Unjudged,
@@ -294,6 +298,18 @@ impl Report {
                 e.transfers_per_1000_reserves,
                 e.available_at_end
             );
+        }
+        if let Some(a) = &self.audit {
+            let _ = writeln!(
+                out,
+                "audit: {} · {} tickets against {} record points",
+                if a.passed() { "PASS" } else { "FAIL" },
+                a.tickets,
+                a.points
+            );
+            for v in &a.violations {
+                let _ = writeln!(out, "  audit violation: {}: {}", v.check, v.detail);
+            }
         }
         if self.read_retries > 0 {
             let _ = writeln!(

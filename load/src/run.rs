@@ -27,6 +27,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::{watch, Semaphore};
 
+use crate::audit;
 use crate::client::{self, send, Answer, STOPPED};
 use crate::measure::{kendall_tau, Latency};
 use crate::plan::{self, Arrival, Buyer, Fate, Shares, System};
@@ -104,6 +105,8 @@ pub struct Config {
     pub patience_ms: u64,
     pub settle_timeout_ms: u64,
     pub progress: Progress,
+    /// Audit the waiting room (`audit`).
+    pub audit: bool,
 }
 
 /// Why the run is stopping early, once someone said so: the signal
@@ -169,6 +172,10 @@ struct BuyerEnd {
     confirm_unanswered: Option<String>,
     /// The reservation, if the system later said it did not know it.
     forgotten: Option<String>,
+    /// What the buyer saw of its ticket, for the audit.
+    seen: audit::Seen,
+    /// The buyer's token and ticket, to read the record with.
+    credentials: Option<(String, String)>,
 }
 
 struct Ctx {
@@ -315,6 +322,7 @@ async fn admitted(
     give_up_at: Instant,
 ) -> Result<String, String> {
     let queue = ctx.url(&format!("{}/queue", ctx.product_path()));
+    let sent_join_ms = now_ms();
     let joined = ctx
         .again(end, Endpoint::Join, || {
             ctx.http.post(&queue).bearer_auth(token)
@@ -327,11 +335,15 @@ async fn admitted(
         .str("ticket")
         .ok_or("join_without_ticket")?
         .to_owned();
+    end.seen.claims = audit::Claims::read(&ticket);
+    end.credentials = Some((token.to_owned(), ticket.clone()));
     let mut standing = joined;
+    let mut sent_ms = sent_join_ms;
     loop {
         if standing.body.get("admitted").and_then(|v| v.as_bool()) == Some(true) {
             return Ok(ticket);
         }
+        end.seen.waiting_at_ms.push(sent_ms);
         if Instant::now() >= give_up_at {
             return Err("gave_up".into());
         }
@@ -348,6 +360,7 @@ async fn admitted(
         {
             return Err(STOPPED.into());
         }
+        sent_ms = now_ms();
         standing = ctx
             .again(end, Endpoint::Standing, || {
                 ctx.http
@@ -408,6 +421,7 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
             }
         }
         first_sent_ms.get_or_insert(ctx.elapsed_ms());
+        let sent_ms = now_ms();
         let answer = ctx
             .again(&mut end, Endpoint::Reserve, || {
                 let mut r = ctx
@@ -423,6 +437,13 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
                 r
             })
             .await;
+        if answer.code.as_deref() == Some(ProblemCode::NotAdmitted.as_str()) {
+            end.seen.waiting_at_ms.push(sent_ms);
+        }
+        if ticket.is_some() && answer.ok() {
+            // The object granted it: the ticket was in by now.
+            end.seen.admitted_by_ms = Some(now_ms());
+        }
         if answer.code.as_deref() == Some(ProblemCode::NotAdmitted.as_str())
             && Instant::now() < give_up_at
         {
@@ -807,6 +828,9 @@ struct Measured {
     orders: Option<Vec<StoredOrder>>,
     drift_units: Option<i64>,
     db_writes: Option<u64>,
+    /// The lottery's commitment, as the product read said before the run.
+    commitment: Option<String>,
+    audit: Option<audit::AuditReport>,
 }
 
 /// A line of progress, for a log: what the buyers did so far.
@@ -840,6 +864,10 @@ async fn phases(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<()> {
             .store(field("hold_ttl_ms"), Ordering::Relaxed);
         ctx.admission
             .store(field("admit_per_s") > 0, Ordering::Relaxed);
+        m.commitment = product
+            .get("lottery_commitment")
+            .and_then(|v| v.as_str())
+            .map(str::to_owned);
     }
     m.before = stats(ctx, Patience::Run).await?;
     m.stock_total = match &m.before {
@@ -896,6 +924,11 @@ async fn phases(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<()> {
         // stop, and the report is what is left to give.
         m.last = stats(ctx, Patience::Final).await.ok().flatten();
         return Ok(());
+    }
+    // The room is judged once every buyer is done, before the settling
+    // (which a run without an origin to read may end early).
+    if ctx.cfg.audit {
+        m.audit = Some(audit_sale(ctx, m).await?);
     }
     m.last = stats(ctx, Patience::Run).await?;
 
@@ -1019,6 +1052,44 @@ async fn phases(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<()> {
         _ => {}
     }
     Ok(())
+}
+
+/// Reads what the gate published (the key, the record) and audits the
+/// room against what the buyers saw. A run with no ticket cannot be
+/// audited, and says so.
+async fn audit_sale(ctx: &Ctx, m: &Measured) -> Result<audit::AuditReport> {
+    let Some((token, ticket)) = m.ends.iter().find_map(|e| e.credentials.clone()) else {
+        bail!("--audit: no buyer got a ticket (is there a waiting room?)");
+    };
+    let product: serde_json::Value = read(
+        ctx,
+        "product",
+        || ctx.http.get(ctx.url(&ctx.product_path())),
+        Patience::Run,
+    )
+    .await?;
+    let record: audit::Record = read(
+        ctx,
+        "queue record",
+        || {
+            ctx.http
+                .get(ctx.url(&format!("{}/queue/record", ctx.product_path())))
+                .bearer_auth(&token)
+                .header("flashgate-ticket", &ticket)
+        },
+        Patience::Run,
+    )
+    .await?;
+    Ok(audit::audit(&audit::Sale {
+        product: ctx.cfg.product.clone(),
+        commitment: m.commitment.clone(),
+        key: product
+            .get("lottery_key")
+            .and_then(|v| v.as_str())
+            .map(str::to_owned),
+        record,
+        tickets: m.ends.iter().map(|e| e.seen.clone()).collect(),
+    }))
 }
 
 /// The reserves, confirms and cancels the object decided: the commands
@@ -1205,6 +1276,7 @@ fn report(cfg: &Config, m: Measured, read_retries: u64, incomplete: Option<Strin
         incomplete,
         verdict,
         escrow,
+        audit: m.audit,
         status: Status::Pass,
     })
 }

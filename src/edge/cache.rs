@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use flashgate_core::{Arrivals, QueueKey, Ticket};
+use flashgate_core::{odds, Arrivals, QueueKey, Ticket};
 use flashgate_wire::SaleState;
 
 use crate::http::codes::ProblemCode;
@@ -130,11 +130,20 @@ impl Snapshot {
                 .map_or(0, |o| o.saturating_sub(now_ms).div_ceil(1000));
             wait_open + position.div_ceil(u64::from(q.admit_per_s))
         });
+        let ahead = if admitted { 0 } else { position };
         Standing {
             admitted,
             position,
             eta_s,
+            odds: odds(self.available, self.held, ahead, q.uptake),
         }
+    }
+
+    /// The room closes once the sale is open and no unit is available or
+    /// held: no hold can expire and return one, so waiting is pointless,
+    /// and every poll says `sold_out` (a restock opens it again).
+    pub fn room_closed(&self) -> bool {
+        self.state == SaleState::Open && self.available == 0 && self.held == 0
     }
 
     /// Whether a buyer may join the waiting room now.
@@ -147,6 +156,12 @@ impl Snapshot {
         };
         if self.state == SaleState::Closed {
             return Err(Problem::new(ProblemCode::Closed, "the sale is over"));
+        }
+        if self.room_closed() {
+            return Err(Problem::new(
+                ProblemCode::SoldOut,
+                "every unit is sold and none is held: nothing can come back",
+            ));
         }
         if let Some(opens) = q.opens_at_ms {
             let queue_opens = opens.saturating_sub(q.prequeue_ms);
@@ -397,7 +412,7 @@ impl EdgeCache {
 mod tests {
     use super::*;
     use crate::protocol::buyer_filter::BuyerFilter;
-    use flashgate_core::{Admission, Rules};
+    use flashgate_core::{Admission, Rules, Uptake, Verdict};
     use serde_json::json;
 
     const OPEN: u64 = 1_000_000;
@@ -407,6 +422,7 @@ mod tests {
             at_ms: OPEN,
             product: json!({}),
             available,
+            held: 0,
             state: SaleState::Open,
             queue,
             buyers: (available == 0).then(|| BuyerFilter::build(buyers.iter().copied())),
@@ -421,6 +437,7 @@ mod tests {
             prequeue_ms: 60_000,
             ticket_ttl_ms: 3_600_000,
             admission,
+            uptake: Uptake::default(),
         }
     }
 
@@ -616,6 +633,74 @@ mod tests {
             c.insert(&format!("p{i}"), product(OPEN));
         }
         assert!(c.len() <= EDGE_PRODUCTS_MAX);
+    }
+
+    /// A line three times the stock: the back of it hears `unlikely` at
+    /// once, the front `likely`; once nothing is available the room waits
+    /// for returns while units are held, and closes when none are.
+    #[test]
+    fn a_poll_tells_the_odds_and_the_room_closes_when_nothing_can_return() {
+        let rules = Rules {
+            admit_per_s: 10,
+            opens_at_ms: Some(OPEN),
+        };
+        let mut a = Admission::default();
+        a.checkpoint(OPEN - 60_000, rules, true);
+        // Spread over one second, as the object places them.
+        let tickets: Vec<Ticket> = (0..300)
+            .map(|i| Ticket {
+                arrived_ms: OPEN + i * 3,
+                tiebreak: 0,
+            })
+            .collect();
+        let mut arrivals = Arrivals::default();
+        for t in &tickets {
+            arrivals.add(t, rules.opens_at_ms);
+        }
+        a.record(OPEN, rules, &arrivals);
+        let s = snapshot(100, &[], Some(room(a)));
+        let q = s.queue.as_ref().unwrap();
+        let front = s.standing(q, &tickets[10], None, OPEN);
+        assert_eq!(front.odds.verdict, Verdict::Likely, "{front:?}");
+        assert_eq!(front.odds.ahead, front.position);
+        let back = s.standing(q, &tickets[250], None, OPEN);
+        assert_eq!(back.odds.verdict, Verdict::Unlikely, "{back:?}");
+        assert_eq!((back.odds.available, back.odds.held), (100, 0));
+        // Half of the admitted reserve: the middle of the line is likely.
+        let q_half = QueueSnapshot {
+            uptake: Uptake {
+                admitted: 1_000,
+                units: 500,
+            },
+            ..q.clone()
+        };
+        let mid = s.standing(&q_half, &tickets[150], None, OPEN);
+        assert_eq!(mid.odds.verdict, Verdict::Likely, "{mid:?}");
+        // Nothing available, some held: waiting for returns, still open.
+        let held = Snapshot {
+            held: 4,
+            ..snapshot(0, &[], Some(q.clone()))
+        };
+        let w = held.standing(q, &tickets[10], None, OPEN);
+        assert!(w.odds.waiting_for_returns, "{w:?}");
+        assert_eq!((w.odds.verdict, w.odds.held), (Verdict::Unlikely, 4));
+        assert!(!held.room_closed());
+        assert!(held.may_join(OPEN).is_ok());
+        // Nothing held either: sold out for every ticket, and no join.
+        let gone = snapshot(0, &[], Some(q.clone()));
+        assert!(gone.room_closed());
+        for t in [&tickets[0], &tickets[299]] {
+            let g = gone.standing(q, t, None, OPEN);
+            assert_eq!(g.odds.verdict, Verdict::SoldOut, "{g:?}");
+            assert!(!g.odds.waiting_for_returns);
+        }
+        assert_eq!(gone.may_join(OPEN).unwrap_err().code, ProblemCode::SoldOut);
+        // Before the opening a product with nothing left is not closed yet.
+        let scheduled = Snapshot {
+            state: SaleState::Scheduled,
+            ..snapshot(0, &[], Some(q.clone()))
+        };
+        assert!(!scheduled.room_closed());
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! product's page (`web/product.html`) and the admin console
 //! (`web/admin.html`). Each is one file with its own script and no build
 //! step; `web/shared.js` (the zh/en texts and a few helpers) is inlined
-//! into each where it says `/*SHARED*/` (by build.rs, which also hashes
-//! every inline script and style for the policy below). The gate fills in
+//! into each where it says `/*SHARED*/`, and `web/odds.js` (the waiting
+//! room's odds in words) where it says `/*ODDS*/` (by build.rs, which also
+//! hashes every inline script and style for the policy below). The gate fills in
 //! the language it chose from `Accept-Language`, the product id, and where
 //! payments go (`DEMO_PAYMENT_URL`; locally the origin's demo payment
 //! endpoint, deployed the shop's), all outside the scripts (in `<html
@@ -171,7 +172,7 @@ mod tests {
         );
         assert!(page.contains(r#"content="http://127.0.0.1:8788""#));
         assert!(page.contains(r#"content="demo""#));
-        for slot in [PAYMENT_URL, PRODUCT_ID, LANG, SHARED_SLOT] {
+        for slot in [PAYMENT_URL, PRODUCT_ID, LANG, SHARED_SLOT, ODDS_SLOT] {
             assert!(!page.contains(slot), "{slot} left in");
         }
         let hostile = html(
@@ -185,6 +186,7 @@ mod tests {
 
     const SHARED: &str = include_str!("../../web/shared.js");
     const SHARED_SLOT: &str = "/*SHARED*/";
+    const ODDS_SLOT: &str = "/*ODDS*/";
 
     /// Every inline `<script …>…</script>` and `<style …>…</style>` in
     /// `html`, attributes or not, found independently of build.rs.
@@ -339,7 +341,7 @@ mod tests {
                 html.contains("const TEXT"),
                 "{page:?} lacks the shared texts"
             );
-            for slot in [PAYMENT_URL, PRODUCT_ID, LANG, SHARED_SLOT] {
+            for slot in [PAYMENT_URL, PRODUCT_ID, LANG, SHARED_SLOT, ODDS_SLOT] {
                 assert!(!html.contains(slot), "{slot} left in {page:?}");
             }
         }

@@ -46,6 +46,7 @@ pub enum RouteKind {
     AdminVoid,
     JoinQueue,
     QueueStatus,
+    QueueRecord,
 }
 
 /// Every route of the gate: method, path template, and what it does. Path
@@ -70,6 +71,11 @@ pub const ROUTES: &[(&str, &str, RouteKind)] = &[
         "GET",
         "/api/products/{product_id}/queue",
         RouteKind::QueueStatus,
+    ),
+    (
+        "GET",
+        "/api/products/{product_id}/queue/record",
+        RouteKind::QueueRecord,
     ),
     (
         "POST",
@@ -143,6 +149,9 @@ pub enum Route {
     /// The product's waiting room, answered by the edge: joining (a ticket
     /// is issued) or polling a ticket's standing.
     Queue { product_id: String, join: bool },
+    /// The waiting room's admission record and the lottery, with the
+    /// ticket's own place, answered by the edge (`queue_record`).
+    QueueRecord { product_id: String },
     /// A request for a product's Durable Object.
     Api(ApiRoute),
 }
@@ -354,6 +363,9 @@ pub fn route(method: &str, path: &str) -> Result<Route, Problem> {
         RouteKind::QueueStatus => Route::Queue {
             product_id: product()?,
             join: false,
+        },
+        RouteKind::QueueRecord => Route::QueueRecord {
+            product_id: product()?,
         },
         RouteKind::GetProduct => Route::Api(ApiRoute::GetProduct(product()?)),
         RouteKind::Reserve => Route::Api(ApiRoute::Reserve(product()?)),
@@ -883,17 +895,17 @@ mod tests {
             ticket: Some(ticket),
             ..req("POST", "/api/products/p1/reservations", b"{\"quantity\":1}")
         };
-        let (own, claims) = key.issue("p1", "alice", NOW - 1_000, 60_000);
+        let (own, claims) = key.issue("p1", "alice", &[1; 32], NOW - 1_000, 60_000);
         match run(&with(own)).unwrap() {
             Command::Reserve { ticket, .. } => assert_eq!(ticket, Some(claims.ticket())),
             other => panic!("{other:?}"),
         }
         let refused = [
-            key.issue("p1", "bob", NOW - 1_000, 60_000).0,
-            key.issue("p2", "alice", NOW - 1_000, 60_000).0,
-            key.issue("p1", "alice", NOW - 70_000, 60_000).0,
+            key.issue("p1", "bob", &[1; 32], NOW - 1_000, 60_000).0,
+            key.issue("p2", "alice", &[1; 32], NOW - 1_000, 60_000).0,
+            key.issue("p1", "alice", &[1; 32], NOW - 70_000, 60_000).0,
             crate::edge::ticket::TicketKey::new(b"another-secret-of-thirty-two-byte")
-                .issue("p1", "alice", NOW - 1_000, 60_000)
+                .issue("p1", "alice", &[1; 32], NOW - 1_000, 60_000)
                 .0,
             "v1.e30.AAAA".into(),
         ];
@@ -1008,7 +1020,8 @@ mod tests {
                 | (Route::OpenApi, RouteKind::OpenApi)
                 | (Route::Session, RouteKind::Session) => true,
                 (Route::Queue { join: true, .. }, RouteKind::JoinQueue)
-                | (Route::Queue { join: false, .. }, RouteKind::QueueStatus) => true,
+                | (Route::Queue { join: false, .. }, RouteKind::QueueStatus)
+                | (Route::QueueRecord { .. }, RouteKind::QueueRecord) => true,
                 (Route::Api(a), k) => api_kind(a) == k,
                 _ => false,
             };

@@ -6,12 +6,15 @@
 //! is signed with HMAC-SHA256 under a key derived from `ID_SECRET` (so one
 //! secret fewer to configure; the derivation separates the two uses), and
 //! written `v1.{claims}.{mac}`, both parts base64url. The tiebreak is a
-//! keyed hash of the product and the buyer: it orders the pre-queue's
-//! lottery, and a buyer cannot re-roll it by joining again.
+//! hash of the sale's lottery key, the product and the buyer
+//! (`flashgate_wire::lottery`): it orders the pre-queue's lottery, a buyer
+//! cannot re-roll it by joining again, and anyone can recompute it once the
+//! key is published. `ID_SECRET` signs tickets and has no part in it.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use flashgate_core::Ticket;
+use flashgate_wire::lottery::tiebreak;
 use serde::{Deserialize, Serialize};
 
 use crate::http::problem::Problem;
@@ -74,11 +77,13 @@ impl TicketError {
 }
 
 impl TicketKey {
-    /// A ticket for `buyer_id`, arriving now, valid for `ttl_ms`.
+    /// A ticket for `buyer_id`, arriving now, valid for `ttl_ms`, its
+    /// tiebreak drawn by the sale's `lottery_key`.
     pub fn issue(
         &self,
         product_id: &str,
         buyer_id: &str,
+        lottery_key: &[u8; 32],
         now_ms: u64,
         ttl_ms: u64,
     ) -> (String, TicketClaims) {
@@ -86,7 +91,7 @@ impl TicketKey {
             p: product_id.into(),
             b: buyer_id.into(),
             t: now_ms,
-            h: self.tiebreak(product_id, buyer_id),
+            h: tiebreak(lottery_key, product_id, buyer_id),
             e: now_ms.saturating_add(ttl_ms),
         };
         // A struct of strings and numbers always serializes.
@@ -146,11 +151,12 @@ mod tests {
     use super::*;
 
     const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
+    const LOTTERY: [u8; 32] = [9; 32];
 
     #[test]
     fn a_ticket_verifies_for_its_buyer_and_product_only() {
         let k = TicketKey::new(SECRET);
-        let (text, claims) = k.issue("p1", "alice", 1_000, 60_000);
+        let (text, claims) = k.issue("p1", "alice", &LOTTERY, 1_000, 60_000);
         assert_eq!(k.verify(&text, "p1", "alice", 2_000), Ok(claims.clone()));
         assert_eq!(
             k.verify(&text, "p2", "alice", 2_000),
@@ -192,11 +198,23 @@ mod tests {
     #[test]
     fn the_tiebreak_is_the_buyers_own_and_cannot_be_rerolled() {
         let k = TicketKey::new(SECRET);
-        let (_, a1) = k.issue("p1", "alice", 1_000, 60_000);
-        let (_, a2) = k.issue("p1", "alice", 5_000, 60_000);
-        let (_, b) = k.issue("p1", "bob", 1_000, 60_000);
+        let (_, a1) = k.issue("p1", "alice", &LOTTERY, 1_000, 60_000);
+        let (_, a2) = k.issue("p1", "alice", &LOTTERY, 5_000, 60_000);
+        let (_, b) = k.issue("p1", "bob", &LOTTERY, 1_000, 60_000);
         assert_eq!(a1.h, a2.h);
         assert_ne!(a1.h, b.h);
-        assert_ne!(k.tiebreak("p2", "alice"), a1.h);
+        assert_eq!(
+            a1.h,
+            tiebreak(&LOTTERY, "p1", "alice"),
+            "anyone can recompute it"
+        );
+        // Not the gate's secret: another gate's key gives the same draw,
+        // and another sale's lottery key another one.
+        let other = TicketKey::new(b"another-secret-of-thirty-two-byte");
+        assert_eq!(
+            other.issue("p1", "alice", &LOTTERY, 1_000, 60_000).1.h,
+            a1.h
+        );
+        assert_ne!(k.issue("p1", "alice", &[1; 32], 1_000, 60_000).1.h, a1.h);
     }
 }

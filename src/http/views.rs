@@ -2,9 +2,10 @@
 //! confirmation, and the admin stats (the wire crate's `GateStats`).
 
 use flashgate_core::{
-    CancelKind, ConfirmKind, Confirmation, Face, Gate, HoldState, ReservationView, ReserveKind,
-    Stats, Voided,
+    CancelKind, ConfirmKind, Confirmation, Face, Gate, HoldState, Published, ReservationView,
+    ReserveKind, Stats, Voided,
 };
+use flashgate_wire::lottery::commitment;
 use flashgate_wire::{CounterStats, GateStats, OutboxStats, QueueStats, SaleState};
 use serde::Serialize;
 use serde_json::Value;
@@ -56,6 +57,7 @@ pub fn snapshot(g: &Gate, product_id: &str, now_ms: u64) -> Value {
         prequeue_ms: c.prequeue_ms,
         ticket_ttl_ms: c.ticket_ttl_ms,
         admission: g.admission().clone(),
+        uptake: g.uptake(now_ms),
     });
     // The buyers' filter is only needed, and only built, when nothing is
     // left: it is what lets the edge answer sold_out for everyone else.
@@ -65,6 +67,7 @@ pub fn snapshot(g: &Gate, product_id: &str, now_ms: u64) -> Value {
         at_ms: now_ms,
         product: product(g, product_id, now_ms),
         available: s.available,
+        held: s.held,
         state: sale_state(s.phase),
         queue,
         buyers,
@@ -125,12 +128,22 @@ struct ProductView<'a> {
     /// What the pages show: served from the edge's snapshot, so showing a
     /// product costs its object nothing.
     face: &'a Face,
+    /// The waiting room's lottery: `SHA-256(key)` from the moment the room
+    /// is set up, the key itself from the opening on (`core::lottery`).
+    lottery_commitment: Option<String>,
+    lottery_key: Option<String>,
 }
 
 /// The public view of a product.
 pub fn product(g: &Gate, product_id: &str, now_ms: u64) -> Value {
     let s = g.stats(now_ms);
     let c = g.config();
+    let (lottery_commitment, lottery_key) =
+        match g.admission().lottery.published(now_ms, c.opens_at_ms) {
+            Published::None => (None, None),
+            Published::Commitment(k) => (Some(commitment(&k.0)), None),
+            Published::Key(k) => (Some(commitment(&k.0)), Some(k.to_hex())),
+        };
     to_value(ProductView {
         product_id,
         state: s.phase.as_str(),
@@ -154,6 +167,8 @@ pub fn product(g: &Gate, product_id: &str, now_ms: u64) -> Value {
         attempts_per_window_max: c.attempts_per_window_max,
         attempt_window_ms: c.attempt_window_ms,
         face: &c.face,
+        lottery_commitment,
+        lottery_key,
     })
 }
 

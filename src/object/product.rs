@@ -23,7 +23,7 @@ use std::cell::RefCell;
 
 use flashgate_core::escrow::{ShardReply, ShardReport};
 use flashgate_core::{
-    AckOutcome, Archive, Change, Gate, ReservationId, ReservationRow, Restorer, Row,
+    AckOutcome, Archive, Change, Gate, LotteryKey, ReservationId, ReservationRow, Restorer, Row,
 };
 use flashgate_wire::{Batch, BatchResult};
 
@@ -197,11 +197,17 @@ pub struct ProductObject {
     /// The alarm this object last set and that has not fired yet.
     alarm_at_ms: Option<u64>,
     delivery: ShellStatus,
+    /// Where lottery keys come from: `entropy` is 32 random bytes from the
+    /// shell, and each key is `SHA-256(entropy ‖ draws)`, so one seed
+    /// yields as many unpredictable keys as the object needs.
+    entropy: [u8; 32],
+    draws: u64,
 }
 
 impl ProductObject {
     /// An object that has read nothing yet; its first event loads.
-    pub fn new(id_secret: &[u8]) -> ProductObject {
+    /// `entropy`: 32 random bytes (the shell's `crypto.getRandomValues`).
+    pub fn new(id_secret: &[u8], entropy: [u8; 32]) -> ProductObject {
         ProductObject {
             product: None,
             id_secret: id_secret.to_vec(),
@@ -209,7 +215,30 @@ impl ProductObject {
             generation: 0,
             alarm_at_ms: None,
             delivery: ShellStatus::default(),
+            entropy,
+            draws: 0,
         }
+    }
+
+    /// Hands the gate a lottery key if it wants one (a room just set up or
+    /// rescheduled), in the event that made it want one, so that its rows
+    /// carry the key and no snapshot goes out without it. Returns whether
+    /// it drew one.
+    fn draw_lottery_key(&mut self) -> bool {
+        let Some(p) = self.product.as_mut() else {
+            return false;
+        };
+        if !p.gate.lottery_wanted() {
+            return false;
+        }
+        use sha2::{Digest, Sha256};
+        self.draws += 1;
+        let mut h = Sha256::new();
+        h.update(b"flashgate-lottery-key-v1");
+        h.update(self.entropy);
+        h.update(self.draws.to_be_bytes());
+        p.gate.handle_lottery_key(LotteryKey(h.finalize().into()));
+        true
     }
 
     /// Reloads from storage if memory cannot be trusted.
@@ -336,6 +365,15 @@ impl ProductObject {
             &reader,
         );
         let store = reader.finish()?;
+        let mut reply = reply;
+        if self.draw_lottery_key() && matches!(cmd, Command::Configure { .. }) && reply.status < 300
+        {
+            // The admin's answer is the product as it now stands: with the
+            // commitment to the key just drawn.
+            if let Some(p) = &self.product {
+                reply.body = crate::http::views::product(&p.gate, &p.id, now_ms);
+            }
+        }
         let created = !existed && self.product.is_some();
         self.persist(store, created)?;
         Ok(reply)

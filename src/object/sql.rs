@@ -9,8 +9,8 @@
 //! in one turn of the event loop with nothing awaited in between.
 
 use flashgate_core::{
-    Admission, Change, Config, Face, HoldState, ItemKey, MetaRow, Mode, OutboxEntry, OutboxEvent,
-    ReservationId, ReservationRow, Row,
+    Admission, Change, Config, Face, HoldState, ItemKey, Lottery, LotteryKey, MetaRow, Mode,
+    OutboxEntry, OutboxEvent, Record, ReservationId, ReservationRow, Row,
 };
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -112,6 +112,7 @@ const SCHEMA: &[&str] = &[
         void_seq INTEGER)",
     KEY_INDEX,
     ESCROW_TABLE,
+    ROOM_TABLE,
     // One row per event; the columns an event kind does not use are NULL.
     "CREATE TABLE IF NOT EXISTS outbox (
         seq INTEGER PRIMARY KEY,
@@ -153,6 +154,16 @@ struct EscrowSql {
 const FACE_TABLE: &str = "CREATE TABLE IF NOT EXISTS face (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     face TEXT NOT NULL)";
+/// The waiting room's lottery key and admission record
+/// (`flashgate_core::lottery`), beside the `admission` row they belong to
+/// and written with it. A table of its own, created with the tables and at
+/// load for products stored before it existed, so that those load
+/// unchanged (no row: no key yet, an empty record) and the schema version
+/// stays.
+const ROOM_TABLE: &str = "CREATE TABLE IF NOT EXISTS room_record (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        lottery_key TEXT,
+        record TEXT NOT NULL)";
 
 /// The states of a paid record, as stored.
 const PAID_STATES: &str = "state IN ('confirmed', 'voided')";
@@ -267,7 +278,20 @@ pub fn write(db: &mut impl SqlDb, changes: &[Change]) -> Result<(), StorageError
                     base_at_ms,
                     advancing,
                     floor,
+                    lottery,
+                    record,
                 } = a;
+                db.exec(
+                    "INSERT OR REPLACE INTO room_record (id, lottery_key, record)
+                     VALUES (1, ?, ?)",
+                    &[
+                        match lottery.key {
+                            Some(k) => SqlValue::Text(k.to_hex()),
+                            None => SqlValue::Null,
+                        },
+                        SqlValue::Text(to_json(record)?),
+                    ],
+                )?;
                 let buckets: Vec<(u64, u64)> = buckets.iter().map(|(&s, &n)| (s, n)).collect();
                 db.exec(
                     "INSERT OR REPLACE INTO admission (id, prequeue, folded, folded_until_s,
@@ -534,6 +558,8 @@ impl AdmissionSql {
             base_at_ms: self.base_at_ms,
             advancing: self.advancing != 0,
             floor,
+            lottery: Lottery::default(),
+            record: Record::default(),
         })
     }
 }
@@ -541,6 +567,24 @@ impl AdmissionSql {
 #[derive(Deserialize)]
 struct FaceSql {
     face: String,
+}
+
+#[derive(Deserialize)]
+struct RoomSql {
+    lottery_key: Option<String>,
+    record: String,
+}
+
+impl RoomSql {
+    /// Fills in the admission's lottery key and record.
+    fn into(self, a: &mut Admission) -> Option<()> {
+        a.lottery.key = match self.lottery_key {
+            Some(k) => Some(LotteryKey::from_hex(&k)?),
+            None => None,
+        };
+        a.record = serde_json::from_str(&self.record).ok()?;
+        Some(())
+    }
 }
 
 #[derive(Deserialize)]
@@ -607,10 +651,16 @@ pub fn load(
         c.face = face.clone();
         each(Row::Config(c))?;
     }
+    db.exec(ROOM_TABLE, &[])?;
+    let rooms: Vec<RoomSql> = db.query("SELECT * FROM room_record")?;
+    let mut room = rooms.into_iter().next();
     for a in db.query::<AdmissionSql>("SELECT * FROM admission")? {
-        each(Row::Admission(
-            a.admission().ok_or_else(|| corrupt("waiting room"))?,
-        ))?;
+        let mut a = a.admission().ok_or_else(|| corrupt("waiting room"))?;
+        if let Some(r) = room.take() {
+            r.into(&mut a)
+                .ok_or_else(|| corrupt("waiting room's record"))?;
+        }
+        each(Row::Admission(a))?;
     }
     db.exec(ESCROW_TABLE, &[])?;
     for e in db.query::<EscrowSql>("SELECT body FROM escrow")? {

@@ -3,7 +3,7 @@
 //! still reach it. The edge's answers from a snapshot are in
 //! `crate::edge::cache`.
 
-use flashgate_core::{Admission, Rules};
+use flashgate_core::{Admission, Odds, Rules, Uptake};
 use flashgate_wire::SaleState;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -18,6 +18,9 @@ pub struct QueueSnapshot {
     pub prequeue_ms: u64,
     pub ticket_ttl_ms: u64,
     pub admission: Admission,
+    /// What admitted tickets took, for the odds a poll tells.
+    #[serde(default)]
+    pub uptake: Uptake,
 }
 
 impl QueueSnapshot {
@@ -37,6 +40,9 @@ pub struct Snapshot {
     /// The product as `GET /api/products/{id}` answers it.
     pub product: Value,
     pub available: u64,
+    /// Units held, not yet paid: they may come back.
+    #[serde(default)]
+    pub held: u64,
     pub state: SaleState,
     /// Present when the product has a waiting room.
     pub queue: Option<QueueSnapshot>,
@@ -64,4 +70,6 @@ pub struct Standing {
     /// About how long until admission, in seconds; `None` while the room
     /// does not advance (nothing to sell, or paused).
     pub eta_s: Option<u64>,
+    /// The units left, the buyers ahead, and the verdict.
+    pub odds: Odds,
 }

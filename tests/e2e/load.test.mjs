@@ -182,6 +182,24 @@ test("without payment keys nobody pays, and the report says which shares were fo
   assert.match(stderr, /NOTE: no --payment-keys/);
 }));
 
+test("--audit: an honest sale through a pre-queue passes the audit from outside", { timeout: 180_000 }, () => withGate(async ({ gate, api }) => {
+  // The pre-queue opens now and the sale in 3 s, so the load reads the
+  // commitment before the key is out, and the lottery orders everyone.
+  const P = "load-audit";
+  const put = await api.put(P, { stock_total: 30, opens_at_ms: Date.now() + 3_000, prequeue_ms: 60_000, admit_per_s: 40, per_buyer_max: 1, quantity_max: 1, hold_ttl_ms: 2_000 });
+  assert.equal(put.status, 201, JSON.stringify(put.body));
+  const { code, report, stderr } = await load([
+    "--url", gate.url, "--product", P, "--buyers", "120", "--connections", "32", "--seed", "12", "--audit",
+  ]);
+  const seen = `seed 12: ${JSON.stringify({ outcomes: report?.outcomes, audit: report?.audit })} ${stderr}`;
+  assert.equal(code, 0, `exit ${code}: ${seen}`);
+  assert.equal(report.audit.violations.length, 0, seen);
+  assert.equal(report.audit.tickets, 120, seen);
+  assert.ok(report.audit.points > 0, seen);
+  // Nobody pays here, so holds expire and their units sell again.
+  assert.ok(report.outcomes.reserved >= 30, seen);
+}));
+
 test("a refused setup or an unreachable gate is exit 2, not a verdict; the report still says so", async () => {
   const { code, report, stderr } = await load(["--url", "http://127.0.0.1:9", "--stock", "1", "--buyers", "1"]);
   assert.equal(code, 2, stderr);

@@ -96,3 +96,29 @@ export function queueTicket(claims, { idSecret = ID_SECRET } = {}) {
   const body = b64url(JSON.stringify(claims));
   return `v1.${body}.${b64url(tag(["v1", body]))}`;
 }
+
+/** The waiting room's lottery, recomputed from a published key (64 hex
+ * digits): its commitment, and a buyer's tiebreak (openapi.yaml, `Product`). */
+export const lotteryCommitment = (keyHex) => createHash("sha256").update(Buffer.from(keyHex, "hex")).digest("hex");
+export function lotteryTiebreak(keyHex, product, buyer) {
+  const d = createHash("sha256")
+    .update("flashgate-tiebreak-v1")
+    .update(Buffer.from(keyHex, "hex"))
+    .update(Buffer.from([Math.min(Buffer.byteLength(product), 255)]))
+    .update(product)
+    .update(buyer)
+    .digest();
+  return d.readUInt32BE(0);
+}
+
+/** A ticket's claims, as its holder can read them (the middle part). */
+export const ticketClaims = (ticket) => JSON.parse(Buffer.from(ticket.split(".")[1], "base64url").toString());
+
+/** The order of two places in the waiting room (`QueueKey`): pre-queue
+ * first, by tiebreak then arrival; then regular, by arrival then tiebreak. */
+export function compareKeys(a, b) {
+  const rank = (k) => (k.kind === "prequeue" ? [0, k.tiebreak, k.arrived_ms] : [1, k.arrived_ms, k.tiebreak]);
+  const [x, y] = [rank(a), rank(b)];
+  for (let i = 0; i < 3; i++) if (x[i] !== y[i]) return x[i] < y[i] ? -1 : 1;
+  return 0;
+}

@@ -8,6 +8,8 @@
 //! - `batch`: the batch of outbox events (orders, voids, stock totals) the
 //!   gate forwards, its validation, and the origin's per-event answer;
 //! - `keys`: key sets with key ids, for rotation without downtime;
+//! - `lottery`: the waiting room's commitment and tiebreak, which anyone
+//!   holding a sale's published key can recompute;
 //! - `mac`: HMAC-SHA256 with a key of any length, infallibly;
 //! - `signing`: the HMAC signature over a request, and its headers;
 //! - `token`: buyer tokens (JWT, HS256);
@@ -24,6 +26,7 @@ pub mod batch;
 pub mod bounds;
 pub mod codes;
 pub mod keys;
+pub mod lottery;
 pub mod mac;
 pub mod peer;
 pub mod problem;

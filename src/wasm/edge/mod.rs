@@ -259,6 +259,9 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
         Route::Queue { product_id, join } => {
             return queue(&parts, env, &settings, &product_id, join, now).await;
         }
+        Route::QueueRecord { product_id } => {
+            return queue_record(&parts, env, &settings, &product_id, now).await;
+        }
         Route::ListProducts => return list_products(env, false).await,
         Route::AdminListProducts => {
             if let Err(p) = auth::admin(&settings, parts.get(Field::Authorization)) {
@@ -359,7 +362,9 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
         | Command::Cancel { .. }
         | Command::Void { .. } => match lookup(env, &product_id).await {
             Some(Known::Product { snapshot, .. }) => shards = snapshot.shards,
-            Some(Known::Unknown) => return refuse(Problem::unknown_product(&product_id)),
+            // The catalog lists it, so the object decides: a snapshot that
+            // said unknown may be from before a restart's load.
+            Some(Known::Unknown) => {}
             None => return refuse(unavailable()),
         },
         // An update may create the product: it is listed first, so that a
@@ -785,9 +790,15 @@ async fn queue(
             Ok(q) => q,
             Err(p) => return http::problem(p),
         };
-        let (text, claims) = settings
-            .ticket_key
-            .issue(product_id, &buyer, now, q.ticket_ttl_ms);
+        // The object draws the key in the event that sets the room up, so
+        // a snapshot with a room and no key is one from before it did.
+        let Some(lottery) = q.admission.lottery.key else {
+            return http::problem(unavailable());
+        };
+        let (text, claims) =
+            settings
+                .ticket_key
+                .issue(product_id, &buyer, &lottery.0, now, q.ticket_ttl_ms);
         let ticket = claims.ticket();
         EDGE.with_borrow_mut(|c| c.issued(product_id, &ticket, q.opens_at_ms));
         let standing = EDGE
@@ -801,6 +812,11 @@ async fn queue(
             "admitted": standing.admitted,
             "position": standing.position,
             "eta_s": standing.eta_s,
+            "available": standing.odds.available,
+            "held": standing.odds.held,
+            "ahead": standing.odds.ahead,
+            "verdict": standing.odds.verdict.as_str(),
+            "waiting_for_returns": standing.odds.waiting_for_returns,
         });
         return http::respond(&Reply::ok(201, body));
     }
@@ -828,10 +844,64 @@ async fn queue(
         "position": standing.position,
         "eta_s": standing.eta_s,
         "state": snapshot.state,
-        "available": snapshot.available,
+        "available": standing.odds.available,
+        "held": standing.odds.held,
+        "ahead": standing.odds.ahead,
+        "verdict": standing.odds.verdict.as_str(),
+        "waiting_for_returns": standing.odds.waiting_for_returns,
         "expires_at": rfc3339(claims.e),
         "expires_at_ms": claims.e,
     });
+    http::respond(&Reply::ok(200, body))
+}
+
+/// `GET` of a product's admission record, with the asking ticket's place
+/// (`edge::record`): checked as a poll is (buyer, then ticket), answered
+/// from the snapshot.
+async fn queue_record(
+    parts: &Parts,
+    env: &Env,
+    settings: &Settings,
+    product_id: &str,
+    now: u64,
+) -> worker::Result<web_sys::Response> {
+    let buyer = match auth::buyer(
+        settings,
+        parts.get(Field::Authorization),
+        auth::buyer_cookie(parts.get(Field::Cookie), parts.url.starts_with("https:")),
+        now,
+    ) {
+        Ok(b) => b,
+        Err(p) => return http::problem(p),
+    };
+    if let Some(refused) = limit(env, settings, Limiter::Buyer, &buyer).await? {
+        return Ok(refused);
+    }
+    if let Err(p) = listed(env, product_id).await {
+        return http::problem(p);
+    }
+    let Some(text) = parts.get(Field::Ticket) else {
+        return http::problem(Problem::new(
+            ProblemCode::TicketRequired,
+            "send the ticket from joining the waiting room as Flashgate-Ticket",
+        ));
+    };
+    let claims = match settings.ticket_key.verify(text, product_id, &buyer, now) {
+        Ok(c) => c,
+        Err(e) => return http::problem(e.problem()),
+    };
+    let snapshot = match lookup(env, product_id).await {
+        Some(Known::Product { snapshot, .. }) => snapshot,
+        Some(Known::Unknown) => return http::problem(Problem::unknown_product(product_id)),
+        None => return http::problem(unavailable()),
+    };
+    let Some(q) = &snapshot.queue else {
+        return http::problem(Problem::new(
+            ProblemCode::NoWaitingRoom,
+            "this product has no waiting room: reserve directly",
+        ));
+    };
+    let body = crate::edge::record::body(product_id, q, &claims, now_ms());
     http::respond(&Reply::ok(200, body))
 }
 

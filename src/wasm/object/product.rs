@@ -511,7 +511,7 @@ impl ProductGate {
         let id_secret = config::settings(&env)
             .map(|s| s.id_secret.clone())
             .unwrap_or_default();
-        let object = Rc::new(RefCell::new(ProductObject::new(&id_secret)));
+        let object = Rc::new(RefCell::new(ProductObject::new(&id_secret, random_bytes())));
         let (slot, storage, mut store) = (object.clone(), state.storage(), DoSql::new(&state));
         // Viewers' pings are answered by the runtime, without waking the
         // object.
@@ -662,4 +662,28 @@ impl ProductGate {
             }
         }
     }
+}
+
+/// 32 bytes from the runtime's CSPRNG (`crypto.getRandomValues`), which
+/// seed the object's lottery keys. The runtime always has it; were the call
+/// to fail, the object would still draw keys, from a weaker seed, and says
+/// so in the log.
+fn random_bytes() -> [u8; 32] {
+    let out = js_sys::Uint8Array::new_with_length(32);
+    let filled =
+        js_sys::Reflect::get(&js_sys::global(), &JsValue::from_str("crypto")).and_then(|crypto| {
+            let f = js_sys::Reflect::get(&crypto, &JsValue::from_str("getRandomValues"))?;
+            f.dyn_into::<js_sys::Function>()?.call1(&crypto, &out)
+        });
+    let mut bytes = [0u8; 32];
+    match filled {
+        Ok(_) => out.copy_to(&mut bytes),
+        Err(e) => {
+            worker::console_error!("flashgate object: crypto.getRandomValues failed: {e:?}");
+            for b in &mut bytes {
+                *b = (js_sys::Math::random() * 256.0) as u8;
+            }
+        }
+    }
+    bytes
 }

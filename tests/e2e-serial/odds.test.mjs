@@ -1,0 +1,173 @@
+// The waiting room's honesty, end to end on bare workerd: the odds a poll
+// tells (a line three times the stock: the back hears `unlikely` at once,
+// everyone hears `sold_out` within about a second of the last unit going),
+// and the lottery and admission record a buyer can check (the commitment
+// before the opening, the key after, each tiebreak recomputed from it, the
+// record's watermark never moving back and admitting in the key's order).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { sleep } from "../support/client.mjs";
+import { compareKeys, lotteryCommitment, lotteryTiebreak, ticketClaims } from "../support/keys.mjs";
+import { why } from "../support/seed.mjs";
+import { withGate } from "../support/system.mjs";
+
+test("honest odds: with a line three times the stock, the back hears unlikely at once and all hear sold_out within about a second", () => withGate(async ({ api }) => {
+  const P = "odds";
+  const STOCK = 20;
+  // Everyone joins in the pre-queue, so the whole line stands at once.
+  const opens = Date.now() + 3_000;
+  await api.put(P, { stock_total: STOCK, opens_at_ms: opens, prequeue_ms: 60_000, admit_per_s: 20, per_buyer_max: 1, quantity_max: 1 });
+  await api.product(P);
+  const buyers = Array.from({ length: 3 * STOCK }, (_, i) => `b${String(i).padStart(2, "0")}`);
+  const tickets = (await Promise.all(buyers.map((b) => api.join(P, b)))).map((j) => {
+    assert.equal(j.status, 201, JSON.stringify(j.body));
+    return j.body;
+  });
+  // Once the edge has reported the line (its next refresh, about a second),
+  // a poll places each buyer in it, by lottery: the back third of the line
+  // hears `unlikely`, the front `likely`, before the sale even opens.
+  let first;
+  for (const until = opens - 300; Date.now() < until; await sleep(200)) {
+    first = await Promise.all(buyers.map((b, i) => api.standing(P, b, tickets[i].ticket)));
+    if (first.every((r) => r.status === 200) && Math.max(...first.map((r) => r.body.ahead)) >= 2 * STOCK) break;
+  }
+  assert.ok(Date.now() < opens, "placed before the opening");
+  const line = first.map((r) => r.body).sort((a, b) => a.ahead - b.ahead);
+  const shown = JSON.stringify(line.map((b) => [b.verdict, b.ahead]));
+  assert.ok(line.slice(2 * STOCK).every((b) => b.verdict === "unlikely"), why(`the back: ${shown}`));
+  assert.ok(line.slice(0, STOCK / 2).every((b) => b.verdict === "likely"), why(`the front: ${shown}`));
+  for (const r of first) {
+    assert.deepEqual([r.body.available, r.body.held, r.body.waiting_for_returns], [STOCK, 0, false], JSON.stringify(r.body));
+  }
+
+  // Everyone polls, as the page does; an admitted buyer reserves and pays
+  // at once. The last unit goes with the STOCK-th payment.
+  const state = buyers.map(() => ({ done: false, soldOutAt: null, sawReturns: false, verdicts: new Set() }));
+  let paid = 0;
+  let lastUnitAt = null;
+  const deadline = Date.now() + 30_000;
+  await Promise.all(buyers.map(async (b, i) => {
+    const s = state[i];
+    while (Date.now() < deadline) {
+      const r = await api.standing(P, b, tickets[i].ticket);
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      s.verdicts.add(r.body.verdict);
+      if (r.body.waiting_for_returns) {
+        s.sawReturns = true;
+        assert.ok(r.body.held > 0 && r.body.available === 0, JSON.stringify(r.body));
+      }
+      if (r.body.verdict === "sold_out") {
+        assert.equal(r.body.available + r.body.held, 0, JSON.stringify(r.body));
+        s.soldOutAt ??= Date.now();
+        return;
+      }
+      if (r.body.admitted && !s.done) {
+        s.done = true;
+        const h = await api.reserve(P, b, 1, `k-${b}`, { "flashgate-ticket": tickets[i].ticket });
+        if (h.status === 201) {
+          await sleep(150); // a moment at the payment page
+          const c = await api.confirm(P, b, h.body.reservation_id);
+          assert.equal(c.status, 200, JSON.stringify(c.body));
+          if (++paid === STOCK) lastUnitAt = Date.now();
+        } else {
+          assert.equal(h.body.code, "sold_out", JSON.stringify(h.body));
+        }
+      }
+      await sleep(200);
+    }
+  }));
+  assert.equal(paid, STOCK);
+  assert.ok(lastUnitAt, "the last unit went");
+  const lags = state.map((s) => s.soldOutAt - lastUnitAt);
+  const worst = Math.max(...lags);
+  console.log(`odds: every poll said sold_out at most ${worst} ms after the last unit went; ${state.filter((s) => s.sawReturns).length} buyers saw "waiting for returns"`);
+  assert.ok(state.every((s) => s.soldOutAt), "everyone heard sold_out");
+  assert.ok(worst < 1_800, why(`sold_out reached a poll ${worst} ms after the last unit`));
+  // The room is closed: a join is refused, and the state is unchanged.
+  const before = (await api.stats(P)).body;
+  const late = await api.join(P, "latecomer");
+  assert.equal(late.status, 409);
+  assert.equal(late.body.code, "sold_out");
+  const after = (await api.stats(P)).body;
+  assert.deepEqual([after.available, after.held, after.sold], [before.available, before.held, before.sold]);
+}));
+
+test("the lottery and the admission record: commitment first, key at the opening, tiebreaks and order anyone can recompute", () => withGate(async ({ api }) => {
+  const P = "fair";
+  const opens = Date.now() + 3_000;
+  await api.put(P, { stock_total: 100, opens_at_ms: opens, prequeue_ms: 60_000, admit_per_s: 10, per_buyer_max: 1, quantity_max: 1 });
+  const before = (await api.product(P)).body;
+  assert.match(before.lottery_commitment, /^[0-9a-f]{64}$/, JSON.stringify(before));
+  assert.equal(before.lottery_key, null, "the key is secret before the opening");
+  const buyers = Array.from({ length: 20 }, (_, i) => `fair-${i}`);
+  const tickets = await Promise.all(buyers.map((b) => api.join(P, b)));
+  assert.ok(tickets.every((t) => t.status === 201), JSON.stringify(tickets[0].body));
+
+  // Bad requests for the record: no ticket, another buyer's, no token.
+  const statsBefore = (await api.stats(P)).body;
+  const url = `${api.base}/api/products/${P}/queue/record`;
+  const bad = [
+    ["no ticket", { authorization: `Bearer ${api.tokenOf("fair-0")}` }, 403, "ticket_required"],
+    ["another buyer's ticket", { authorization: `Bearer ${api.tokenOf("fair-1")}`, "flashgate-ticket": tickets[0].body.ticket }, 403, "ticket_invalid"],
+    ["no token", { "flashgate-ticket": tickets[0].body.ticket }, 401, null],
+  ];
+  for (const [what, headers, status, code] of bad) {
+    const r = await fetch(url, { headers });
+    const body = await r.json();
+    assert.equal(r.status, status, `${what}: ${JSON.stringify(body)}`);
+    assert.match(r.headers.get("content-type"), /problem\+json/, what);
+    if (code) assert.equal(body.code, code, what);
+  }
+  const statsAfter = (await api.stats(P)).body;
+  assert.deepEqual(statsAfter.queue, statsBefore.queue, "refused reads change nothing");
+
+  // Everyone polls until admitted, noting when.
+  const admittedAt = new Map();
+  while (admittedAt.size < buyers.length && Date.now() < opens + 15_000) {
+    await Promise.all(buyers.map(async (b, i) => {
+      if (admittedAt.has(b)) return;
+      const s = await api.standing(P, b, tickets[i].body.ticket);
+      if (s.body.admitted) admittedAt.set(b, Date.now());
+    }));
+    await sleep(200);
+  }
+  assert.equal(admittedAt.size, buyers.length, "everyone got in");
+  assert.ok(Math.min(...admittedAt.values()) >= opens, "nobody before the opening");
+
+  const after = (await api.product(P)).body;
+  assert.match(after.lottery_key ?? "", /^[0-9a-f]{64}$/, JSON.stringify(after));
+  assert.equal(lotteryCommitment(after.lottery_key), before.lottery_commitment, "the key is the one committed to");
+  for (const [i, t] of tickets.entries()) {
+    assert.equal(ticketClaims(t.body.ticket).h, lotteryTiebreak(after.lottery_key, P, buyers[i]), `${buyers[i]}'s tiebreak`);
+  }
+  // Each buyer's record: their place, and a watermark that never went back
+  // and admitted in the order the key gives.
+  const records = await Promise.all(buyers.map(async (b, i) => {
+    const r = await fetch(url, { headers: { authorization: `Bearer ${api.tokenOf(b)}`, "flashgate-ticket": tickets[i].body.ticket } });
+    assert.equal(r.status, 200);
+    return r.json();
+  }));
+  const rec = records[0];
+  assert.equal(rec.lottery.key, after.lottery_key);
+  assert.ok(rec.points.length > 0 && rec.points.length <= 128, JSON.stringify(rec.points));
+  for (let k = 1; k < rec.points.length; k++) {
+    assert.ok(rec.points[k].at_ms > rec.points[k - 1].at_ms, "points in time order");
+    assert.ok(compareKeys(rec.points[k - 1].below, rec.points[k].below) <= 0, "the watermark never moves back");
+  }
+  const places = records.map((r) => r.ticket);
+  for (const [i, p] of places.entries()) {
+    assert.equal(p.place.kind, "prequeue");
+    assert.equal(p.tiebreak, lotteryTiebreak(after.lottery_key, P, buyers[i]));
+    assert.equal(p.admitted, true);
+    assert.ok(p.admitted_at_ms !== null && p.admitted_at_ms >= opens, JSON.stringify(p));
+  }
+  // A buyer's check, from one record: when each place was first admitted
+  // by its points. In the key's order, a ticket ahead is admitted no later
+  // than one behind; and each buyer saw its turn no earlier than that.
+  const firstIn = (place) => rec.points.find((p) => compareKeys(place, p.below) < 0)?.at_ms ?? Infinity;
+  const order = [...places].sort((a, b) => compareKeys(a.place, b.place));
+  for (let k = 1; k < order.length; k++) {
+    assert.ok(firstIn(order[k - 1].place) <= firstIn(order[k].place), `${order[k - 1].buyer_id} before ${order[k].buyer_id}`);
+  }
+  assert.ok(order.filter((p) => firstIn(p.place) < Infinity).length >= buyers.length / 2, "the record covers most admissions");
+}));
