@@ -147,11 +147,7 @@ impl Gate {
     /// The product's levels: for home, summed over every shard as each last
     /// reported, with `U` counted as available.
     pub(crate) fn product_levels(&self) -> ShardLevels {
-        let own = ShardLevels {
-            available: self.available,
-            held: self.held,
-            sold: self.sold,
-        };
+        let own = self.own_levels();
         match &self.escrow {
             Escrow::Home(pool) => {
                 let s = pool.shards_levels();
@@ -162,6 +158,15 @@ impl Gate {
                 }
             }
             Escrow::Single | Escrow::Shard(_) => own,
+        }
+    }
+
+    /// This gate's own levels, as a shard reports them.
+    fn own_levels(&self) -> ShardLevels {
+        ShardLevels {
+            available: self.available,
+            held: self.held,
+            sold: self.sold,
         }
     }
 
@@ -224,15 +229,12 @@ impl Gate {
     /// before the report that carries it leaves, so the shell must write
     /// the changes (`poll_changes`) before it sends.
     pub fn poll_report(&mut self, now_ms: u64, needed: u64) -> Option<ShardReport> {
+        let levels = self.own_levels();
+        let backlog_units = self.outbox.backlog_units();
         let Escrow::Shard(ledger) = &mut self.escrow else {
             return None;
         };
-        let levels = ShardLevels {
-            available: self.available,
-            held: self.held,
-            sold: self.sold,
-        };
-        if needed == 0 && !ledger.wants_tick(now_ms, levels, self.outbox.backlog_units()) {
+        if needed == 0 && !ledger.wants_tick(now_ms, levels, backlog_units) {
             return None;
         }
         let surplus = if needed == 0 && ledger.joined {
@@ -247,9 +249,6 @@ impl Gate {
             self.dirty.meta = true;
             self.dirty.escrow = true;
         }
-        let Escrow::Shard(ledger) = &mut self.escrow else {
-            unreachable!()
-        };
         let want = ledger.want(now_ms, self.available, needed);
         let need = needed.saturating_sub(self.available).min(want);
         ledger.asked = need;
@@ -258,7 +257,7 @@ impl Gate {
             ledger.calls.sync += 1;
         }
         let calls = ledger.calls;
-        let backlog_units = self.outbox.backlog_units();
+        // The surplus given back above changed the levels.
         let levels = ShardLevels {
             available: self.available,
             held: self.held,
@@ -344,11 +343,7 @@ impl Gate {
         let Escrow::Shard(ledger) = &self.escrow else {
             return None;
         };
-        let levels = ShardLevels {
-            available: self.available,
-            held: self.held,
-            sold: self.sold,
-        };
+        let levels = self.own_levels();
         ledger
             .wants_tick(now_ms, levels, self.outbox.backlog_units())
             .then_some(now_ms + crate::escrow::limits::REPORT_INTERVAL_MS)

@@ -449,7 +449,9 @@ impl ProductObject {
                 ));
                 created = true;
             }
-            let p = self.product.as_mut().expect("loaded or created");
+            let Some(p) = self.product.as_mut() else {
+                return Ok(None);
+            };
             let report = p.gate.poll_report(now_ms, needed);
             let home = p.id.clone();
             self.persist(s, created)?;
