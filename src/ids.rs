@@ -144,23 +144,54 @@ impl ShardKey {
     }
 }
 
+/// The key the waiting room's proof-of-work challenges are signed with
+/// (`crate::edge::pow`), derived from `ID_SECRET`. ALTCHA's libraries key
+/// their HMAC with a string: it is the hex of the derived key, so that a
+/// test can check a challenge with theirs.
+#[derive(Clone)]
+pub struct PowKey(pub(crate) flashgate_wire::altcha::PowSecret);
+
+impl PowKey {
+    pub fn new(id_secret: &[u8]) -> PowKey {
+        let mut derive = hmac_sha256(id_secret);
+        derive.update(b"flashgate proof of work\n");
+        PowKey(flashgate_wire::altcha::PowSecret::new(hex::encode(
+            derive.finalize().into_bytes(),
+        )))
+    }
+}
+
 /// The key tickets are signed with.
 #[derive(Clone)]
 pub struct TicketKey {
     mac: Hmac<Sha256>,
+    /// The infinite queue's tickets' key (`crate::edge::ticket`).
+    shadow: Hmac<Sha256>,
 }
 
 impl TicketKey {
     pub fn new(id_secret: &[u8]) -> TicketKey {
-        let mut derive = hmac_sha256(id_secret);
-        derive.update(b"flashgate waiting-room tickets\n");
+        let derive = |label: &[u8]| {
+            let mut derive = hmac_sha256(id_secret);
+            derive.update(label);
+            hmac_sha256(&derive.finalize().into_bytes())
+        };
         TicketKey {
-            mac: hmac_sha256(&derive.finalize().into_bytes()),
+            mac: derive(b"flashgate waiting-room tickets\n"),
+            shadow: derive(b"flashgate waiting-room tickets never admitted\n"),
         }
     }
 
-    pub(crate) fn tag(&self, parts: &[&[u8]]) -> [u8; 32] {
-        let mut mac = self.mac.clone();
+    fn key(&self, shadow: bool) -> &Hmac<Sha256> {
+        if shadow {
+            &self.shadow
+        } else {
+            &self.mac
+        }
+    }
+
+    pub(crate) fn tag(&self, shadow: bool, parts: &[&[u8]]) -> [u8; 32] {
+        let mut mac = self.key(shadow).clone();
         for part in parts {
             mac.update(&(part.len() as u64).to_be_bytes());
             mac.update(part);
@@ -169,8 +200,8 @@ impl TicketKey {
     }
 
     /// Whether `given` is the tag of `parts`, compared in constant time.
-    pub(crate) fn verify_tag(&self, parts: &[&[u8]], given: &[u8]) -> bool {
-        let mut mac = self.mac.clone();
+    pub(crate) fn verify_tag(&self, shadow: bool, parts: &[&[u8]], given: &[u8]) -> bool {
+        let mut mac = self.key(shadow).clone();
         for part in parts {
             mac.update(&(part.len() as u64).to_be_bytes());
             mac.update(part);

@@ -39,6 +39,19 @@ pub const ADMIN_ORDERS_PAGE_MAX: usize = 100;
 pub const ADMIN_ORDERS_PAGE_DEFAULT: usize = 20;
 const _: () = assert!(ADMIN_ORDERS_PAGE_DEFAULT <= ADMIN_ORDERS_PAGE_MAX);
 
+// edge/pow.rs
+
+/// PBKDF2 rounds per try of the join's proof of work: the edge's cost to
+/// verify one payload, and a try's cost to a solver. At this cost the
+/// browser's WebCrypto spends most of a try deriving, not in call overhead,
+/// so a native script solves little faster than a page (the measurements
+/// are in ARCHITECTURE.md's table of settings).
+pub const POW_COST_ROUNDS: u32 = 250;
+/// How long a challenge may be answered: longer than the slowest level's
+/// solve in a browser, short enough that a stock of solved payloads goes
+/// stale.
+pub const POW_CHALLENGE_TTL_MS: u64 = 5 * 60 * 1000;
+
 // edge/ticket.rs
 
 /// The longest ticket accepted, in bytes.

@@ -7,7 +7,7 @@
 
 use flashgate_wire::keys::{check_secret, KeySet};
 
-use crate::ids::{ShardKey, TicketKey};
+use crate::ids::{PowKey, ShardKey, TicketKey};
 
 use crate::limits::{LIVE_SOCKETS_MAX_DEFAULT, LIVE_SOCKETS_MAX_MAX};
 
@@ -30,6 +30,8 @@ pub struct Settings {
     /// and (derived) the waiting-room tickets' signatures.
     pub id_secret: Vec<u8>,
     pub ticket_key: TicketKey,
+    /// Signs the waiting room's proof-of-work challenges (`edge::pow`).
+    pub pow_key: PowKey,
     /// Draws each buyer's stock shard (`crate::edge::shards`).
     pub shard_key: ShardKey,
     /// `RATE_LIMITS`: the policies the rate limiting bindings were given,
@@ -166,6 +168,7 @@ impl Settings {
         Ok(Settings {
             live_sockets_max,
             ticket_key: TicketKey::new(&id_secret),
+            pow_key: PowKey::new(&id_secret),
             shard_key: ShardKey::new(&id_secret),
             rate_limits,
             buyer_keys: key_set(&get, "BUYER_TOKEN_KEYS")?,

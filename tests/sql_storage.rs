@@ -219,6 +219,7 @@ impl Simulation for SqlSim {
                     let t = flashgate_core::Ticket {
                         arrived_ms: now.saturating_sub(rng.below(2_000)),
                         tiebreak: (i * 7919) as u32,
+                        shadow: false,
                     };
                     arrivals.add(&t, gate.config().opens_at_ms);
                 }
@@ -406,6 +407,97 @@ fn a_face_survives_a_reload_and_a_refused_face_changes_nothing() {
     let mut old = ProductObject::new(SECRET, [7; 32]);
     let p = old.command(&mut store, &read, 5).unwrap();
     assert_eq!((p.status, &p.body["face"]), (200, &serde_json::json!({})));
+}
+
+/// A product's proof-of-work setting is stored with it and survives a
+/// reload; a refused one (a level out of range, a proof of work with no
+/// waiting room, an unknown member) is a 422 that changes nothing in memory
+/// or in storage; a store from before it gains the table at load, off.
+#[test]
+fn a_pow_setting_survives_a_reload_and_a_refused_one_changes_nothing() {
+    let mut store = Lite::new();
+    let mut obj = ProductObject::new(SECRET, [7; 32]);
+    let configure = |patch: &str| Command::Configure {
+        product_id: "p1".into(),
+        patch: serde_json::from_str(patch).unwrap_or_else(|e| panic!("{patch}: {e}")),
+    };
+    let pow = serde_json::json!({"mode": "adaptive", "level": 2, "infinite_queue": true});
+    let created = obj
+        .command(
+            &mut store,
+            &configure(&format!(
+                r#"{{"stock_total": 3, "admit_per_s": 10, "pow": {pow}}}"#
+            )),
+            1,
+        )
+        .unwrap();
+    assert_eq!(created.status, 201, "{}", created.body);
+    // The public view says the mode and the level asked now, not whether
+    // a failed join goes to the infinite queue.
+    assert_eq!(
+        created.body["pow"],
+        serde_json::json!({"mode": "adaptive", "level": 2})
+    );
+    let stats = Command::Stats {
+        product_id: "p1".into(),
+    };
+    let read_pow = |obj: &mut ProductObject, store: &mut Lite| {
+        let s = obj.command(store, &stats, 2).unwrap().body;
+        (
+            s["queue"]["pow_mode"].clone(),
+            s["queue"]["pow_level"].clone(),
+            s["queue"]["pow_infinite_queue"].clone(),
+        )
+    };
+    let expected = (
+        serde_json::json!("adaptive"),
+        serde_json::json!(2),
+        serde_json::json!(true),
+    );
+    assert_eq!(read_pow(&mut obj, &mut store), expected);
+    let stored = store.load_all().unwrap();
+    for bad in [
+        r#"{"pow": {"mode": "fixed", "level": 0}}"#,
+        r#"{"pow": {"mode": "fixed", "level": 6}}"#,
+        r#"{"admit_per_s": 0}"#,
+        r#"{"stock_total": 9, "pow": {"mode": "fixed", "level": 9}}"#,
+    ] {
+        let refused = obj.command(&mut store, &configure(bad), 2).unwrap();
+        assert_eq!(
+            (refused.status, &refused.body["code"]),
+            (422, &serde_json::json!("invalid_body")),
+            "{bad}: {}",
+            refused.body
+        );
+        assert!(
+            refused.body["detail"].as_str().unwrap().contains("pow"),
+            "{bad}: the detail names the member: {}",
+            refused.body
+        );
+        assert_eq!(store.load_all().unwrap(), stored, "{bad} changed storage");
+        assert_eq!(read_pow(&mut obj, &mut store), expected, "{bad}");
+    }
+    assert!(
+        serde_json::from_str::<flashgate_core::ConfigPatch>(
+            r#"{"pow": {"mode": "fixed", "cost": 1}}"#
+        )
+        .is_err(),
+        "an unknown member is refused before the object"
+    );
+    let mut fresh = ProductObject::new(SECRET, [7; 32]);
+    assert_eq!(
+        read_pow(&mut fresh, &mut store),
+        expected,
+        "it survives a reload"
+    );
+    // A store from before it: no pow table. The load makes it, off.
+    store.exec("DROP TABLE pow", &[]).unwrap();
+    let mut old = ProductObject::new(SECRET, [7; 32]);
+    let (mode, level, _) = read_pow(&mut old, &mut store);
+    assert_eq!(
+        (mode, level),
+        (serde_json::json!("off"), serde_json::Value::Null)
+    );
 }
 
 /// A batch that creates a product and then, in a later command, reads

@@ -37,6 +37,10 @@ use crate::lottery::{Lottery, Record};
 pub struct Ticket {
     pub arrived_ms: u64,
     pub tiebreak: u32,
+    /// A ticket of the infinite queue (`crate::pow`): issued to a join
+    /// without a valid proof of work, never admitted, never counted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shadow: bool,
 }
 
 /// A ticket's place in the queue's total order. The derived order is the
@@ -86,6 +90,18 @@ pub struct Arrivals {
     /// counts a buyer who joins again only once (`forget_rejoins`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub named: Vec<Named>,
+    /// Joins without a valid proof of work: answered with a fresh
+    /// challenge, and sent to the infinite queue (a ticket never admitted,
+    /// not counted above). They raise an adaptive proof of work's level
+    /// (`crate::pow`) and are counted in the stats.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pow_refused: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pow_shadowed: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A counted ticket: its tiebreak (a keyed hash of its buyer, which the
@@ -95,8 +111,22 @@ pub struct Arrivals {
 pub struct Named(pub u32, pub Option<u64>);
 
 impl Arrivals {
+    /// No ticket to count (joins refused aside).
     pub fn is_empty(&self) -> bool {
         self.prequeue == 0 && self.per_second.iter().all(|&(_, n)| n == 0)
+    }
+
+    /// Nothing at all to report.
+    pub fn is_nothing(&self) -> bool {
+        self.is_empty() && self.pow_refused == 0 && self.pow_shadowed == 0
+    }
+
+    /// Every join of the report: tickets, and those refused.
+    pub fn joins(&self) -> u64 {
+        let tickets: u64 = self.per_second.iter().map(|&(_, n)| n).sum();
+        (self.prequeue + tickets)
+            .saturating_add(self.pow_refused)
+            .saturating_add(self.pow_shadowed)
     }
 
     /// Counts one ticket.
@@ -126,6 +156,8 @@ impl Arrivals {
     /// `limits::ARRIVALS_NAMED_MAX`.
     pub fn merge(&mut self, more: &Arrivals) {
         self.prequeue += more.prequeue;
+        self.pow_refused = self.pow_refused.saturating_add(more.pow_refused);
+        self.pow_shadowed = self.pow_shadowed.saturating_add(more.pow_shadowed);
         for &(second, n) in &more.per_second {
             self.count(Some(second), n);
         }
@@ -405,10 +437,12 @@ mod tests {
         let early = Ticket {
             arrived_ms: OPEN - 4_000,
             tiebreak: 1 << 31,
+            shadow: false,
         };
         let late = Ticket {
             arrived_ms: OPEN + 10,
             tiebreak: 0,
+            shadow: false,
         };
         let mut arrivals = Arrivals::default();
         arrivals.add(&early, r.opens_at_ms);
@@ -437,6 +471,7 @@ mod tests {
                 &Ticket {
                     arrived_ms: OPEN + 3_600_000,
                     tiebreak: i * 1_000_000,
+                    shadow: false,
                 },
                 r.opens_at_ms,
             );
@@ -456,6 +491,7 @@ mod tests {
                 &Ticket {
                     arrived_ms: OPEN + i,
                     tiebreak: 0,
+                    shadow: false,
                 },
                 r.opens_at_ms,
             );
@@ -470,7 +506,8 @@ mod tests {
             a.position(
                 Ticket {
                     arrived_ms: OPEN + 500,
-                    tiebreak: 0
+                    tiebreak: 0,
+                    shadow: false
                 }
                 .key(r.opens_at_ms),
                 OPEN + 61_000,

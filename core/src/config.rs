@@ -4,6 +4,7 @@
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::face::{Face, FaceError};
+use crate::pow::Pow;
 
 /// Hard limits. They bound memory and arithmetic, so that no input, however
 /// hostile, can make the gate allocate without bound or overflow a counter.
@@ -102,6 +103,16 @@ pub mod limits {
     /// point about every 32 s.
     pub const RECORD_POINTS_MAX: usize = 128;
     pub const RECORD_STEP_MS: u64 = 1_000;
+    /// The proof of work at the join (`crate::pow`): the highest level a
+    /// product may ask (16^5 PBKDF2 tries, about a minute in a browser,
+    /// ARCHITECTURE.md's table of settings), and the level a setting that
+    /// names none asks.
+    pub const POW_LEVEL_MAX: u8 = 5;
+    pub const POW_LEVEL_DEFAULT: u8 = 3;
+    /// Adaptive proof of work: the join rate is taken over this window, and
+    /// each fourfold of the admission rate it passes adds a level.
+    pub const POW_RATE_WINDOW_S: u64 = 10;
+    pub const POW_ADAPTIVE_STEP: u64 = 4;
 
     const _: () = assert!(OUTBOX_BACKOFF_BASE_MS <= OUTBOX_BACKOFF_CAP_MS);
     const _: () = assert!(HOLD_TTL_MS_MIN <= HOLD_TTL_MS_MAX);
@@ -206,6 +217,11 @@ pub struct Config {
     /// reach a decision; more are refused with `RateLimited`. Replays are free.
     pub attempts_per_window_max: u32,
     pub attempt_window_ms: u64,
+    /// The proof of work the waiting room asks at the join (`crate::pow`).
+    /// Not a column of the `config` table: the object keeps it in its own
+    /// row, as the face.
+    #[serde(default)]
+    pub pow: Pow,
     /// What the pages show of the product; the gate decides nothing by it.
     /// Not a column of the `config` table: the object keeps it in its own
     /// row, so a config row read alone has the empty face. Boxed: it is
@@ -230,6 +246,7 @@ impl Default for Config {
             ticket_ttl_ms: 60 * 60 * 1000,
             attempts_per_window_max: 20,
             attempt_window_ms: 10_000,
+            pow: Pow::default(),
             face: Box::default(),
         }
     }
@@ -250,6 +267,7 @@ pub enum ConfigError {
     TicketTtl,
     AttemptsPerWindow,
     AttemptWindow,
+    Pow,
     Face(FaceError),
 }
 
@@ -287,6 +305,9 @@ impl ConfigError {
             ),
             ConfigError::AttemptWindow => format!(
                 "attempt_window_ms must be between {ATTEMPT_WINDOW_MS_MIN} and {ATTEMPT_WINDOW_MS_MAX}"
+            ),
+            ConfigError::Pow => format!(
+                "pow.level must be between 1 and {POW_LEVEL_MAX}, and a proof of work needs a waiting room (admit_per_s above 0)"
             ),
             ConfigError::Face(e) => e.describe(),
         }
@@ -345,6 +366,9 @@ impl Config {
             .contains(&self.attempt_window_ms)
         {
             return Err(ConfigError::AttemptWindow);
+        }
+        if !self.pow.valid() || (self.pow.is_on() && self.admit_per_s == 0) {
+            return Err(ConfigError::Pow);
         }
         self.face.validate().map_err(ConfigError::Face)?;
         Ok(())
@@ -416,6 +440,9 @@ pub struct ConfigPatch {
     pub attempts_per_window_max: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt_window_ms: Option<u64>,
+    /// Replaces the whole proof-of-work setting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pow: Option<Pow>,
     /// Replaces the whole face; `{}` clears it. Boxed, as in [`Config`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub face: Option<Box<Face>>,
@@ -447,6 +474,7 @@ impl ConfigPatch {
             ticket_ttl_ms,
             attempts_per_window_max,
             attempt_window_ms,
+            pow,
             face: _,
         } = *self;
         let Config {
@@ -462,6 +490,7 @@ impl ConfigPatch {
             ticket_ttl_ms: c_ticket_ttl_ms,
             attempts_per_window_max: c_attempts_per_window_max,
             attempt_window_ms: c_attempt_window_ms,
+            pow: c_pow,
             face: _,
         } = *c;
         Config {
@@ -477,6 +506,7 @@ impl ConfigPatch {
             ticket_ttl_ms: ticket_ttl_ms.unwrap_or(c_ticket_ttl_ms),
             attempts_per_window_max: attempts_per_window_max.unwrap_or(c_attempts_per_window_max),
             attempt_window_ms: attempt_window_ms.unwrap_or(c_attempt_window_ms),
+            pow: pow.unwrap_or(c_pow),
             // The face is the one member that is not `Copy`, so it is
             // cloned here rather than destructured above.
             face: self.face.as_ref().unwrap_or(&c.face).clone(),

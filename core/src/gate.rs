@@ -36,6 +36,7 @@ use crate::outcome::{
     ReservationId, ReserveOutcome, Voided,
 };
 use crate::pacing::Pacing;
+use crate::pow::JoinRate;
 use crate::rows::{ItemKey, ReservationRow};
 use crate::sharded::Escrow;
 use crate::stats::{Counters, Levels, Stats};
@@ -94,6 +95,9 @@ pub struct Gate {
     /// at the first named report: after a reload, a buyer's next join is
     /// counted once more.
     pub(crate) joined: Option<Bloom>,
+    /// The joins the edges reported lately, which an adaptive proof of
+    /// work's level follows (`pow.rs`). Memory only.
+    pub(crate) joins: JoinRate,
     /// Which part of the product's stock this gate keeps (`sharded.rs`).
     pub(crate) escrow: Escrow,
 }
@@ -311,6 +315,7 @@ impl Gate {
             paid_buyers: Bloom::with_capacity(paid_buyers_sized_for(stock_total)),
             paid_buyers_sized_for: paid_buyers_sized_for(stock_total),
             joined: None,
+            joins: JoinRate::default(),
             escrow: Escrow::Single,
         }
     }
@@ -599,7 +604,9 @@ impl Gate {
             }
             let rules = self.admission_rules();
             let key = ticket.key(rules.opens_at_ms);
-            if !self.admission.watermark(now_ms, rules).admits(key) {
+            // A ticket of the infinite queue is never admitted: it answers
+            // as a ticket still waiting would.
+            if ticket.shadow || !self.admission.watermark(now_ms, rules).admits(key) {
                 return ReserveOutcome::NotAdmitted {
                     position: self.admission.position(key, now_ms, rules).max(1),
                 };
@@ -1022,6 +1029,9 @@ impl Gate {
     /// loop (at the buyers' rate limit) would slow the room for all.
     pub fn handle_arrivals(&mut self, now_ms: u64, arrivals: &Arrivals) {
         self.settle(now_ms);
+        self.joins.note(now_ms, arrivals.joins());
+        self.counters.pow_refused += arrivals.pow_refused;
+        self.counters.pow_shadowed += arrivals.pow_shadowed;
         let mut arrivals = arrivals.clone();
         if !arrivals.named.is_empty() {
             let joined = self
@@ -1110,6 +1120,20 @@ impl Gate {
     }
 
     /// The waiting room's state, for the edge to answer polls from.
+    /// The proof of work the waiting room asks at `now_ms`: its level, or
+    /// `None` when it asks none (`pow.rs`).
+    pub fn pow_level(&self, now_ms: u64) -> Option<u8> {
+        self.config
+            .pow
+            .level_at(self.joins.per_s(now_ms), self.config.admit_per_s)
+    }
+
+    /// Joins per second the edges reported over the last
+    /// `POW_RATE_WINDOW_S`.
+    pub fn joins_per_s(&self, now_ms: u64) -> u64 {
+        self.joins.per_s(now_ms)
+    }
+
     pub fn admission(&self) -> &Admission {
         &self.admission
     }
@@ -1256,6 +1280,7 @@ impl Gate {
             ticket_ttl_ms,
             attempts_per_window_max,
             attempt_window_ms,
+            pow,
             face: _,
         } = *config;
         self.configure(
@@ -1274,6 +1299,7 @@ impl Gate {
                 ticket_ttl_ms: Some(ticket_ttl_ms),
                 attempts_per_window_max: Some(attempts_per_window_max),
                 attempt_window_ms: Some(attempt_window_ms),
+                pow: Some(pow),
                 face: Some(config.face.clone()),
                 ..ConfigPatch::default()
             },
@@ -1421,6 +1447,9 @@ impl Gate {
                 .admitted_milli(now_ms, self.admission_rules())
                 / 1000,
             queue_advancing: self.admission.advancing,
+            pow: self.config.pow,
+            pow_level: self.pow_level(now_ms),
+            joins_per_s: self.joins_per_s(now_ms),
             counters: self.counters.clone(),
             escrow,
         }

@@ -33,6 +33,7 @@ pub mod outbox;
 pub mod outcome;
 mod pacing;
 mod persist;
+pub mod pow;
 pub mod rows;
 mod sharded;
 pub mod stats;
@@ -52,6 +53,7 @@ pub use outcome::{
     ConfirmOutcome, Confirmation, InvalidInput, ReservationId, ReserveKind, ReserveOutcome, Voided,
 };
 pub use persist::Restorer;
+pub use pow::{JoinRate, Pow, PowMode};
 pub use rows::{Change, ItemKey, MetaRow, ReservationRow, RestoreError, Row, RowKey};
 pub use sharded::Escrow;
 pub use stats::{Counters, Levels, Stats};

@@ -16,6 +16,10 @@ pub struct Counters {
     /// Tickets of buyers who had joined the waiting room before, reported
     /// by the edges and not counted again.
     pub rejoins_uncounted: u64,
+    /// Joins the edges refused for want of a valid proof of work, and
+    /// those they sent to the infinite queue (`pow.rs`).
+    pub pow_refused: u64,
+    pub pow_shadowed: u64,
 }
 
 impl Counters {
@@ -92,6 +96,11 @@ pub struct Stats {
     pub queue_reported: u64,
     pub queue_admitted: u64,
     pub queue_advancing: bool,
+    /// The proof of work: the setting, the level asked now, and the join
+    /// rate it follows.
+    pub pow: crate::pow::Pow,
+    pub pow_level: Option<u8>,
+    pub joins_per_s: u64,
     pub counters: Counters,
     /// At home of a product of several stock shards, the escrow.
     pub escrow: Option<crate::escrow::EscrowStats>,

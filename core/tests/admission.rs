@@ -68,7 +68,7 @@ proptest! {
         let tickets: Vec<Ticket> = c
             .tickets
             .iter()
-            .map(|&(off, tiebreak)| Ticket { arrived_ms: at(off), tiebreak })
+            .map(|&(off, tiebreak)| Ticket { arrived_ms: at(off), tiebreak, shadow: false })
             .collect();
         let mut a = Admission::default();
         let start = at(-(c.prequeue_ms as i64)) - 1;
@@ -141,7 +141,7 @@ proptest! {
         let tickets: Vec<Ticket> = c
             .tickets
             .iter()
-            .map(|&(off, tiebreak)| Ticket { arrived_ms: at(off), tiebreak })
+            .map(|&(off, tiebreak)| Ticket { arrived_ms: at(off), tiebreak, shadow: false })
             .collect();
         for t in &tickets {
             arrivals.add(t, rules.opens_at_ms);
@@ -177,6 +177,7 @@ mod rejoins {
         Ticket {
             arrived_ms,
             tiebreak,
+            shadow: false,
         }
     }
 
@@ -223,6 +224,7 @@ mod rejoins {
                 Named(1, Some(6)),
                 Named(1, None),
             ],
+            ..Arrivals::default()
         };
         assert_eq!(odd.forget_rejoins(&mut joined), 1);
         assert_eq!((odd.prequeue, odd.per_second), (0, vec![(5, 0)]));
@@ -312,6 +314,7 @@ mod lottery {
             &Ticket {
                 arrived_ms: in_prequeue,
                 tiebreak: 7,
+                shadow: false,
             },
             Some(opens + 1_000),
         );

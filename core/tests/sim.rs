@@ -308,7 +308,8 @@ impl Model {
             }
             let rules = self.rules();
             let key = t.key(rules.opens_at_ms);
-            if !self.adm.watermark(now, rules).admits(key) {
+            // The infinite queue's tickets are never admitted.
+            if t.shadow || !self.adm.watermark(now, rules).admits(key) {
                 return ReserveOutcome::NotAdmitted {
                     position: self.adm.position(key, now, rules).max(1),
                 };
@@ -481,6 +482,7 @@ fn random_config(rng: &mut Rng, now: u64) -> Config {
             1_000
         },
         attempt_window_ms: rng.range(limits::ATTEMPT_WINDOW_MS_MIN, 5_000),
+        pow: Default::default(),
         face: Default::default(),
     }
 }
@@ -588,7 +590,7 @@ impl Sim {
     }
 
     /// The ticket a reserve carries: none, an expired one, a reported one,
-    /// or one never reported.
+    /// one never reported, or an infinite queue's copy of a reported one.
     fn ticket(&mut self) -> Option<Ticket> {
         let ttl = self.model.config.ticket_ttl_ms;
         match self.rng.below(10) {
@@ -596,10 +598,16 @@ impl Sim {
             1 => Some(Ticket {
                 arrived_ms: self.now.saturating_sub(ttl + self.rng.below(1_000)),
                 tiebreak: self.rng.next_u64() as u32,
+                shadow: false,
             }),
             2 => Some(Ticket {
                 arrived_ms: self.now.saturating_sub(self.rng.below(2_000)),
                 tiebreak: self.rng.next_u64() as u32,
+                shadow: false,
+            }),
+            3 if !self.tickets.is_empty() => Some(Ticket {
+                shadow: true,
+                ..*self.rng.pick(&self.tickets)
             }),
             _ if !self.tickets.is_empty() => Some(*self.rng.pick(&self.tickets)),
             _ => None,
@@ -849,6 +857,7 @@ impl Sim {
                     let t = Ticket {
                         arrived_ms: self.now.saturating_sub(self.rng.below(5_000)),
                         tiebreak,
+                        shadow: false,
                     };
                     arrivals.add(&t, opens);
                     if self.model.joined.insert(tiebreak) {

@@ -89,7 +89,8 @@ impl Snapshot {
     ) -> Standing {
         let rules = q.rules();
         let key = ticket.key(rules.opens_at_ms);
-        let admitted = q.admission.watermark(now_ms, rules).admits(key);
+        // The infinite queue's tickets wait as any other, for ever.
+        let admitted = !ticket.shadow && q.admission.watermark(now_ms, rules).admits(key);
         let ahead_unreported = match (key, unreported) {
             (
                 QueueKey::Regular {
@@ -360,6 +361,25 @@ impl EdgeCache {
         }
     }
 
+    /// Counts a join refused for want of a valid proof of work, for the
+    /// next report.
+    pub fn pow_refused(&mut self, product_id: &str) {
+        self.report_mut(product_id).pow_refused += 1;
+    }
+
+    /// Counts a ticket of the infinite queue, for the next report (it is
+    /// not counted as a ticket: it must not move the watermark).
+    pub fn pow_shadowed(&mut self, product_id: &str) {
+        self.report_mut(product_id).pow_shadowed += 1;
+    }
+
+    fn report_mut(&mut self, product_id: &str) -> &mut Arrivals {
+        if self.pending.len() >= EDGE_PRODUCTS_MAX && !self.pending.contains_key(product_id) {
+            self.pending.clear();
+        }
+        self.pending.entry(product_id.to_string()).or_default()
+    }
+
     /// The tickets issued here for `product_id` that the snapshot in hand
     /// does not count: those no refresh has reported yet, and those of a
     /// report whose snapshot is still on its way. Without the second, a
@@ -390,7 +410,7 @@ impl EdgeCache {
     /// A report that did not reach the object goes with the next refresh.
     pub fn return_report(&mut self, product_id: &str, report: Arrivals) {
         self.in_flight.remove(product_id);
-        if report.is_empty() {
+        if report.is_nothing() {
             return;
         }
         self.pending
@@ -438,6 +458,7 @@ mod tests {
             ticket_ttl_ms: 3_600_000,
             admission,
             uptake: Uptake::default(),
+            pow: None,
         }
     }
 
@@ -477,6 +498,7 @@ mod tests {
             .map(|i| Ticket {
                 arrived_ms: OPEN + i * 10,
                 tiebreak: 0,
+                shadow: false,
             })
             .collect();
         let mut arrivals = Arrivals::default();
@@ -498,6 +520,7 @@ mod tests {
         let late = Ticket {
             arrived_ms: OPEN + 5_000,
             tiebreak: 0,
+            shadow: false,
         };
         let mut unreported = Arrivals::default();
         for ms in [OPEN + 2_000, OPEN + 3_000, OPEN + 3_500, OPEN + 5_000] {
@@ -505,6 +528,7 @@ mod tests {
                 &Ticket {
                     arrived_ms: ms,
                     tiebreak: 0,
+                    shadow: false,
                 },
                 rules.opens_at_ms,
             );
@@ -517,6 +541,7 @@ mod tests {
         let mid = Ticket {
             arrived_ms: OPEN + 6_500,
             tiebreak: 0,
+            shadow: false,
         };
         let mut same = Arrivals::default();
         for i in 0..10 {
@@ -524,6 +549,7 @@ mod tests {
                 &Ticket {
                     arrived_ms: OPEN + 6_000 + i * 100,
                     tiebreak: 0,
+                    shadow: false,
                 },
                 rules.opens_at_ms,
             );
@@ -547,6 +573,7 @@ mod tests {
         let t = |ms| Ticket {
             arrived_ms: ms,
             tiebreak: 0,
+            shadow: false,
         };
         c.issued("p", &t(OPEN + 1_000), Some(OPEN));
         c.issued("p", &t(OPEN + 2_000), Some(OPEN));
@@ -585,6 +612,7 @@ mod tests {
                 let t = Ticket {
                     arrived_ms: OPEN + i as u64,
                     tiebreak: i as u32,
+                    shadow: false,
                 };
                 c.issued(&format!("p{p}"), &t, Some(OPEN));
             }
@@ -651,6 +679,7 @@ mod tests {
             .map(|i| Ticket {
                 arrived_ms: OPEN + i * 3,
                 tiebreak: 0,
+                shadow: false,
             })
             .collect();
         let mut arrivals = Arrivals::default();
@@ -723,6 +752,7 @@ mod tests {
         let t = Ticket {
             arrived_ms: OPEN + 1_500,
             tiebreak: 1,
+            shadow: false,
         };
         c.issued("p", &t, Some(OPEN));
         c.issued("p", &t, Some(OPEN));

@@ -6,10 +6,12 @@
 //! (`cache`) and the pages it serves (`page`). Pure: `crate::wasm::edge`
 //! executes it. Never imports `crate::object`.
 
+pub mod assets;
 pub mod auth;
 pub mod cache;
 pub mod catalog;
 pub mod page;
+pub mod pow;
 pub mod rate_limit;
 pub mod record;
 pub mod routes;

@@ -131,6 +131,7 @@ mod tests {
                 &Ticket {
                     arrived_ms: OPEN + i * 10,
                     tiebreak: 0,
+                    shadow: false,
                 },
                 rules.opens_at_ms,
             );
@@ -147,6 +148,7 @@ mod tests {
             ticket_ttl_ms: 3_600_000,
             admission: a,
             uptake: Uptake::default(),
+            pow: None,
         };
         let claims = TicketClaims {
             p: "p1".into(),
@@ -154,6 +156,7 @@ mod tests {
             t: OPEN + 350,
             h: 0,
             e: OPEN + 3_600_000,
+            shadow: false,
         };
         let before = body("p1", &q, &claims, OPEN - 1);
         let c = commitment(&[3; 32]);

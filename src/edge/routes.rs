@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::edge::auth;
+use crate::edge::{assets, auth};
 use crate::http::problem::Problem;
 use crate::ids::IdCodec;
 use crate::limits::BODY_BYTES_MAX;
@@ -47,6 +47,8 @@ pub enum RouteKind {
     JoinQueue,
     QueueStatus,
     QueueRecord,
+    QueueChallenge,
+    Asset,
 }
 
 /// Every route of the gate: method, path template, and what it does. Path
@@ -57,6 +59,9 @@ pub const ROUTES: &[(&str, &str, RouteKind)] = &[
     ("GET", "/p/{product_id}", RouteKind::ProductPage),
     ("GET", "/admin", RouteKind::AdminPage),
     ("GET", "/openapi.json", RouteKind::OpenApi),
+    ("GET", assets::ALTCHA_JS, RouteKind::Asset),
+    ("GET", assets::ALTCHA_WORKER, RouteKind::Asset),
+    ("GET", assets::ALTCHA_CSS, RouteKind::Asset),
     ("POST", "/api/session", RouteKind::Session),
     ("GET", "/api/products", RouteKind::ListProducts),
     ("GET", "/api/products/{product_id}", RouteKind::GetProduct),
@@ -76,6 +81,11 @@ pub const ROUTES: &[(&str, &str, RouteKind)] = &[
         "GET",
         "/api/products/{product_id}/queue/record",
         RouteKind::QueueRecord,
+    ),
+    (
+        "GET",
+        "/api/products/{product_id}/queue/challenge",
+        RouteKind::QueueChallenge,
     ),
     (
         "POST",
@@ -152,6 +162,11 @@ pub enum Route {
     /// The waiting room's admission record and the lottery, with the
     /// ticket's own place, answered by the edge (`queue_record`).
     QueueRecord { product_id: String },
+    /// A proof-of-work challenge for the buyer's join, answered by the
+    /// edge (`edge::pow`).
+    QueueChallenge { product_id: String },
+    /// A file served as it is (`edge::assets`).
+    Asset(&'static assets::Asset),
     /// A request for a product's Durable Object.
     Api(ApiRoute),
 }
@@ -366,6 +381,13 @@ pub fn route(method: &str, path: &str) -> Result<Route, Problem> {
         },
         RouteKind::QueueRecord => Route::QueueRecord {
             product_id: product()?,
+        },
+        RouteKind::QueueChallenge => Route::QueueChallenge {
+            product_id: product()?,
+        },
+        RouteKind::Asset => match assets::asset(path) {
+            Some(a) => Route::Asset(a),
+            None => return Err(Problem::not_found(format!("no route for {path}"))),
         },
         RouteKind::GetProduct => Route::Api(ApiRoute::GetProduct(product()?)),
         RouteKind::Reserve => Route::Api(ApiRoute::Reserve(product()?)),
@@ -895,17 +917,20 @@ mod tests {
             ticket: Some(ticket),
             ..req("POST", "/api/products/p1/reservations", b"{\"quantity\":1}")
         };
-        let (own, claims) = key.issue("p1", "alice", &[1; 32], NOW - 1_000, 60_000);
+        let (own, claims) = key.issue("p1", "alice", &[1; 32], NOW - 1_000, 60_000, false);
         match run(&with(own)).unwrap() {
             Command::Reserve { ticket, .. } => assert_eq!(ticket, Some(claims.ticket())),
             other => panic!("{other:?}"),
         }
         let refused = [
-            key.issue("p1", "bob", &[1; 32], NOW - 1_000, 60_000).0,
-            key.issue("p2", "alice", &[1; 32], NOW - 1_000, 60_000).0,
-            key.issue("p1", "alice", &[1; 32], NOW - 70_000, 60_000).0,
+            key.issue("p1", "bob", &[1; 32], NOW - 1_000, 60_000, false)
+                .0,
+            key.issue("p2", "alice", &[1; 32], NOW - 1_000, 60_000, false)
+                .0,
+            key.issue("p1", "alice", &[1; 32], NOW - 70_000, 60_000, false)
+                .0,
             crate::edge::ticket::TicketKey::new(b"another-secret-of-thirty-two-byte")
-                .issue("p1", "alice", &[1; 32], NOW - 1_000, 60_000)
+                .issue("p1", "alice", &[1; 32], NOW - 1_000, 60_000, false)
                 .0,
             "v1.e30.AAAA".into(),
         ];
@@ -1021,7 +1046,9 @@ mod tests {
                 | (Route::Session, RouteKind::Session) => true,
                 (Route::Queue { join: true, .. }, RouteKind::JoinQueue)
                 | (Route::Queue { join: false, .. }, RouteKind::QueueStatus)
-                | (Route::QueueRecord { .. }, RouteKind::QueueRecord) => true,
+                | (Route::QueueRecord { .. }, RouteKind::QueueRecord)
+                | (Route::QueueChallenge { .. }, RouteKind::QueueChallenge)
+                | (Route::Asset(_), RouteKind::Asset) => true,
                 (Route::Api(a), k) => api_kind(a) == k,
                 _ => false,
             };

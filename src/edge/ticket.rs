@@ -39,6 +39,10 @@ pub struct TicketClaims {
     pub h: u32,
     /// Expires at, epoch ms.
     pub e: u64,
+    /// Signed with the infinite queue's key: never admitted. Not written
+    /// in the claims, so that nothing in the ticket tells it apart.
+    #[serde(skip)]
+    pub shadow: bool,
 }
 
 impl TicketClaims {
@@ -46,6 +50,7 @@ impl TicketClaims {
         Ticket {
             arrived_ms: self.t,
             tiebreak: self.h,
+            shadow: self.shadow,
         }
     }
 }
@@ -78,7 +83,9 @@ impl TicketError {
 
 impl TicketKey {
     /// A ticket for `buyer_id`, arriving now, valid for `ttl_ms`, its
-    /// tiebreak drawn by the sale's `lottery_key`.
+    /// tiebreak drawn by the sale's `lottery_key`; `shadow`: one of the
+    /// infinite queue, signed with its own key, the same in every other
+    /// respect.
     pub fn issue(
         &self,
         product_id: &str,
@@ -86,6 +93,7 @@ impl TicketKey {
         lottery_key: &[u8; 32],
         now_ms: u64,
         ttl_ms: u64,
+        shadow: bool,
     ) -> (String, TicketClaims) {
         let claims = TicketClaims {
             p: product_id.into(),
@@ -93,10 +101,11 @@ impl TicketKey {
             t: now_ms,
             h: tiebreak(lottery_key, product_id, buyer_id),
             e: now_ms.saturating_add(ttl_ms),
+            shadow,
         };
         // A struct of strings and numbers always serializes.
         let body = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&claims).unwrap_or_default());
-        let mac = self.tag(&[VERSION.as_bytes(), body.as_bytes()]);
+        let mac = self.tag(shadow, &[VERSION.as_bytes(), body.as_bytes()]);
         let text = format!("{VERSION}.{body}.{}", URL_SAFE_NO_PAD.encode(mac));
         (text, claims)
     }
@@ -125,14 +134,20 @@ impl TicketKey {
         let given = URL_SAFE_NO_PAD
             .decode(mac)
             .map_err(|_| TicketError::Malformed)?;
-        if !self.verify_tag(&[VERSION.as_bytes(), body.as_bytes()], &given) {
+        let signed = [VERSION.as_bytes(), body.as_bytes()];
+        let shadow = if self.verify_tag(false, &signed, &given) {
+            false
+        } else if self.verify_tag(true, &signed, &given) {
+            true
+        } else {
             return Err(TicketError::Signature);
-        }
+        };
         let json = URL_SAFE_NO_PAD
             .decode(body)
             .map_err(|_| TicketError::Malformed)?;
-        let claims: TicketClaims =
+        let mut claims: TicketClaims =
             serde_json::from_slice(&json).map_err(|_| TicketError::Malformed)?;
+        claims.shadow = shadow;
         if claims.p != product_id {
             return Err(TicketError::OtherProduct);
         }
@@ -156,7 +171,7 @@ mod tests {
     #[test]
     fn a_ticket_verifies_for_its_buyer_and_product_only() {
         let k = TicketKey::new(SECRET);
-        let (text, claims) = k.issue("p1", "alice", &LOTTERY, 1_000, 60_000);
+        let (text, claims) = k.issue("p1", "alice", &LOTTERY, 1_000, 60_000, false);
         assert_eq!(k.verify(&text, "p1", "alice", 2_000), Ok(claims.clone()));
         assert_eq!(
             k.verify(&text, "p2", "alice", 2_000),
@@ -196,11 +211,38 @@ mod tests {
     }
 
     #[test]
+    fn an_infinite_queue_ticket_looks_like_any_other_and_is_never_admitted() {
+        let k = TicketKey::new(SECRET);
+        let (real, real_claims) = k.issue("p1", "alice", &LOTTERY, 1_000, 60_000, false);
+        let (shadow, shadow_claims) = k.issue("p1", "alice", &LOTTERY, 1_000, 60_000, true);
+        // The same claims, the same form; only the key differs.
+        assert_eq!(real.split('.').nth(1), shadow.split('.').nth(1));
+        assert_eq!(real.len(), shadow.len());
+        assert_ne!(real, shadow);
+        let verified = k.verify(&shadow, "p1", "alice", 2_000).unwrap();
+        assert!(verified.shadow && verified.ticket().shadow);
+        assert_eq!(verified, shadow_claims);
+        assert!(
+            !k.verify(&real, "p1", "alice", 2_000)
+                .unwrap()
+                .ticket()
+                .shadow
+        );
+        assert!(!real_claims.shadow);
+        // Another gate's key verifies neither.
+        let other = TicketKey::new(b"another-secret-of-thirty-two-byte");
+        assert_eq!(
+            other.verify(&shadow, "p1", "alice", 2_000),
+            Err(TicketError::Signature)
+        );
+    }
+
+    #[test]
     fn the_tiebreak_is_the_buyers_own_and_cannot_be_rerolled() {
         let k = TicketKey::new(SECRET);
-        let (_, a1) = k.issue("p1", "alice", &LOTTERY, 1_000, 60_000);
-        let (_, a2) = k.issue("p1", "alice", &LOTTERY, 5_000, 60_000);
-        let (_, b) = k.issue("p1", "bob", &LOTTERY, 1_000, 60_000);
+        let (_, a1) = k.issue("p1", "alice", &LOTTERY, 1_000, 60_000, false);
+        let (_, a2) = k.issue("p1", "alice", &LOTTERY, 5_000, 60_000, false);
+        let (_, b) = k.issue("p1", "bob", &LOTTERY, 1_000, 60_000, false);
         assert_eq!(a1.h, a2.h);
         assert_ne!(a1.h, b.h);
         assert_eq!(
@@ -212,9 +254,15 @@ mod tests {
         // and another sale's lottery key another one.
         let other = TicketKey::new(b"another-secret-of-thirty-two-byte");
         assert_eq!(
-            other.issue("p1", "alice", &LOTTERY, 1_000, 60_000).1.h,
+            other
+                .issue("p1", "alice", &LOTTERY, 1_000, 60_000, false)
+                .1
+                .h,
             a1.h
         );
-        assert_ne!(k.issue("p1", "alice", &[1; 32], 1_000, 60_000).1.h, a1.h);
+        assert_ne!(
+            k.issue("p1", "alice", &[1; 32], 1_000, 60_000, false).1.h,
+            a1.h
+        );
     }
 }

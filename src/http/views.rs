@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::http::time::rfc3339;
 use crate::ids::IdCodec;
 use crate::protocol::buyer_filter::BuyerFilter;
-use crate::protocol::snapshot::{QueueSnapshot, Snapshot};
+use crate::protocol::snapshot::{PowNow, QueueSnapshot, Snapshot};
 
 /// What the object's shell has done since it loaded: how forwarding the
 /// outbox is going, and how many snapshots it gave the edge. Kept by the
@@ -58,6 +58,10 @@ pub fn snapshot(g: &Gate, product_id: &str, now_ms: u64) -> Value {
         ticket_ttl_ms: c.ticket_ttl_ms,
         admission: g.admission().clone(),
         uptake: g.uptake(now_ms),
+        pow: g.pow_level(now_ms).map(|level| PowNow {
+            level,
+            infinite_queue: c.pow.infinite_queue,
+        }),
     });
     // The buyers' filter is only needed, and only built, when nothing is
     // left: it is what lets the edge answer sold_out for everyone else.
@@ -132,6 +136,16 @@ struct ProductView<'a> {
     /// is set up, the key itself from the opening on (`core::lottery`).
     lottery_commitment: Option<String>,
     lottery_key: Option<String>,
+    /// The proof of work a join needs now; whether a failed one goes to the
+    /// infinite queue is not told.
+    pow: PowView,
+}
+
+#[derive(Serialize)]
+struct PowView {
+    mode: &'static str,
+    /// The level asked now (hex zeros of the key prefix); `null` when off.
+    level: Option<u8>,
 }
 
 /// The public view of a product.
@@ -169,6 +183,10 @@ pub fn product(g: &Gate, product_id: &str, now_ms: u64) -> Value {
         face: &c.face,
         lottery_commitment,
         lottery_key,
+        pow: PowView {
+            mode: c.pow.mode.as_str(),
+            level: g.pow_level(now_ms),
+        },
     })
 }
 
@@ -322,6 +340,12 @@ pub fn stats(product_id: &str, s: &Stats, admit_per_s: u32, delivery: &ShellStat
             waiting: s.queue_reported.saturating_sub(s.queue_admitted),
             advancing: s.queue_advancing,
             rejoins_uncounted: s.counters.rejoins_uncounted,
+            pow_mode: s.pow.mode.as_str().to_string(),
+            pow_level: s.pow_level,
+            pow_infinite_queue: s.pow.infinite_queue,
+            joins_per_s: s.joins_per_s,
+            pow_refused: s.counters.pow_refused,
+            pow_shadowed: s.counters.pow_shadowed,
         },
         snapshots: delivery.snapshots,
         work: flashgate_wire::stats::WorkStats {

@@ -10,7 +10,7 @@
 
 use flashgate_core::{
     Admission, Change, Config, Face, HoldState, ItemKey, Lottery, LotteryKey, MetaRow, Mode,
-    OutboxEntry, OutboxEvent, Record, ReservationId, ReservationRow, Row,
+    OutboxEntry, OutboxEvent, Pow, Record, ReservationId, ReservationRow, Row,
 };
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -86,6 +86,7 @@ const SCHEMA: &[&str] = &[
         attempts_per_window_max INTEGER NOT NULL,
         attempt_window_ms INTEGER NOT NULL)",
     FACE_TABLE,
+    POW_TABLE,
     // The waiting room: counts per arrival second as JSON, since they are
     // read and written together.
     "CREATE TABLE IF NOT EXISTS admission (
@@ -154,6 +155,12 @@ struct EscrowSql {
 const FACE_TABLE: &str = "CREATE TABLE IF NOT EXISTS face (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     face TEXT NOT NULL)";
+/// The waiting room's proof-of-work setting (`flashgate_core::Pow`), as
+/// JSON, written with every config row; a table of its own for the reason
+/// the face has one.
+const POW_TABLE: &str = "CREATE TABLE IF NOT EXISTS pow (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    pow TEXT NOT NULL)";
 /// The waiting room's lottery key and admission record
 /// (`flashgate_core::lottery`), beside the `admission` row they belong to
 /// and written with it. A table of its own, created with the tables and at
@@ -236,6 +243,7 @@ pub fn write(db: &mut impl SqlDb, changes: &[Change]) -> Result<(), StorageError
                     ticket_ttl_ms,
                     attempts_per_window_max,
                     attempt_window_ms,
+                    pow,
                     face,
                 } = c;
                 db.exec(
@@ -258,6 +266,10 @@ pub fn write(db: &mut impl SqlDb, changes: &[Change]) -> Result<(), StorageError
                         int(u64::from(*attempts_per_window_max)),
                         int(*attempt_window_ms),
                     ],
+                )?;
+                db.exec(
+                    "INSERT OR REPLACE INTO pow (id, pow) VALUES (1, ?)",
+                    &[SqlValue::Text(to_json(pow)?)],
                 )?;
                 db.exec(
                     "INSERT OR REPLACE INTO face (id, face) VALUES (1, ?)",
@@ -565,6 +577,11 @@ impl AdmissionSql {
 }
 
 #[derive(Deserialize)]
+struct PowSql {
+    pow: String,
+}
+
+#[derive(Deserialize)]
 struct FaceSql {
     face: String,
 }
@@ -647,8 +664,15 @@ pub fn load(
         Some(f) => serde_json::from_str(&f.face).map_err(|_| corrupt("face"))?,
         None => Box::default(),
     };
+    db.exec(POW_TABLE, &[])?;
+    let pows: Vec<PowSql> = db.query("SELECT pow FROM pow")?;
+    let pow: Pow = match pows.into_iter().next() {
+        Some(p) => serde_json::from_str(&p.pow).map_err(|_| corrupt("pow"))?,
+        None => Pow::default(),
+    };
     for mut c in db.query::<Config>("SELECT * FROM config")? {
         c.face = face.clone();
+        c.pow = pow;
         each(Row::Config(c))?;
     }
     db.exec(ROOM_TABLE, &[])?;

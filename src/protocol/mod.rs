@@ -208,6 +208,7 @@ mod tests {
             let t = flashgate_core::Ticket {
                 arrived_ms: s * 1000,
                 tiebreak: 1,
+                shadow: false,
             };
             arrivals.add(&t, None);
         }

@@ -21,6 +21,18 @@ pub struct QueueSnapshot {
     /// What admitted tickets took, for the odds a poll tells.
     #[serde(default)]
     pub uptake: Uptake,
+    /// The proof of work a join needs now; `None`: none.
+    #[serde(default)]
+    pub pow: Option<PowNow>,
+}
+
+/// The proof of work a waiting room asks at the snapshot's instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PowNow {
+    pub level: u8,
+    /// A join without a valid solution gets a ticket never admitted, not a
+    /// challenge.
+    pub infinite_queue: bool,
 }
 
 impl QueueSnapshot {

@@ -61,6 +61,8 @@ problem_codes! {
     RateLimited => "rate_limited", 429, "Too many requests";
     TicketInvalid => "ticket_invalid", 403, "Invalid waiting-room ticket";
     NoWaitingRoom => "no_waiting_room", 409, "No waiting room";
+    PowRequired => "pow_required", 403, "Proof of work required";
+    NoPow => "no_pow", 409, "No proof of work asked";
     // Decided by the product's object.
     UnknownProduct => "unknown_product", 404, "Unknown product";
     UnknownReservation => "unknown_reservation", 404, "Unknown reservation";

@@ -3,6 +3,8 @@
 //! The gate (the Worker crate, compiled to wasm32) and the origin service
 //! (native) both depend on this crate and on nothing of each other, so the
 //! facts they must agree on are written once, here:
+//! - `altcha`: the ALTCHA proof of work a join may carry: the challenge
+//!   the edge signs, the payload's verification, a native solver;
 //! - `bounds`: every field bound and grammar (product ids, buyer ids,
 //!   payment references, quantities, stock), and the order-id format;
 //! - `batch`: the batch of outbox events (orders, voids, stock totals) the
@@ -22,6 +24,7 @@
 //!
 //! The load tool and the peers depend on this crate, not on the gate's.
 
+pub mod altcha;
 pub mod batch;
 pub mod bounds;
 pub mod codes;

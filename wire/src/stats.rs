@@ -122,6 +122,23 @@ pub struct QueueStats {
     /// Tickets of buyers who had joined before, reported by the edges and
     /// not counted again, since the object loaded.
     pub rejoins_uncounted: u64,
+    /// The proof of work at the join: `off`, `fixed` or `adaptive`, the
+    /// level asked now, whether a failed join goes to the infinite queue,
+    /// the join rate an adaptive level follows, and the joins refused for
+    /// want of a valid solution and sent to the infinite queue since the
+    /// object loaded.
+    #[serde(default)]
+    pub pow_mode: String,
+    #[serde(default)]
+    pub pow_level: Option<u8>,
+    #[serde(default)]
+    pub pow_infinite_queue: bool,
+    #[serde(default)]
+    pub joins_per_s: u64,
+    #[serde(default)]
+    pub pow_refused: u64,
+    #[serde(default)]
+    pub pow_shadowed: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -21,6 +21,7 @@ use crate::edge::auth;
 use crate::edge::cache::{EdgeCache, Known, Lookup};
 use crate::edge::catalog::{CatalogView, Listing};
 use crate::edge::page::Lang;
+use crate::edge::pow::{self, JoinAnswer};
 use crate::edge::rate_limit::{self, Limiter};
 use crate::edge::routes::{self, Incoming, Route};
 use crate::http::codes::ProblemCode;
@@ -32,7 +33,7 @@ use crate::protocol::snapshot::Snapshot;
 use crate::protocol::{self, CatalogPage, Command};
 use crate::settings::Settings;
 use crate::wasm::edge::request::{Field, Parts};
-use crate::wasm::{config, http};
+use crate::wasm::{config, http, random_bytes};
 
 thread_local! {
     // An isolate is single-threaded: requests interleave only at awaits,
@@ -185,6 +186,15 @@ fn static_response(body: &'static str, content_type: &str) -> worker::Result<Res
     Ok(Response::from_bytes(body.as_bytes().to_vec())?.with_headers(headers))
 }
 
+/// A file of `edge::assets`, as it is, cacheable for a year.
+fn asset_response(asset: &crate::edge::assets::Asset) -> worker::Result<Response> {
+    let headers = Headers::new();
+    headers.set("content-type", asset.content_type)?;
+    headers.set("cache-control", crate::edge::assets::CACHE_CONTROL)?;
+    headers.set("x-content-type-options", "nosniff")?;
+    Ok(Response::from_bytes(asset.body.to_vec())?.with_headers(headers))
+}
+
 fn random_u64() -> u64 {
     let hi = (worker::js_sys::Math::random() * f64::from(u32::MAX)) as u64;
     let lo = (worker::js_sys::Math::random() * f64::from(u32::MAX)) as u64;
@@ -238,6 +248,7 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
         Ok(Route::OpenApi) => {
             return static_response(crate::OPENAPI_JSON, "application/json").map(Into::into)
         }
+        Ok(Route::Asset(asset)) => return asset_response(asset).map(Into::into),
         Ok(route) => route,
         Err(p) => return refuse(p),
     };
@@ -262,6 +273,9 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
         Route::QueueRecord { product_id } => {
             return queue_record(&parts, env, &settings, &product_id, now).await;
         }
+        Route::QueueChallenge { product_id } => {
+            return queue_challenge(&parts, env, &settings, &product_id, now).await;
+        }
         Route::ListProducts => return list_products(env, false).await,
         Route::AdminListProducts => {
             if let Err(p) = auth::admin(&settings, parts.get(Field::Authorization)) {
@@ -275,7 +289,7 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
         Route::Live { product_id } => {
             return live(&parts, env, &settings, &product_id, &ip, now).await;
         }
-        Route::Page(_) | Route::OpenApi => return refuse(Problem::internal()),
+        Route::Page(_) | Route::OpenApi | Route::Asset(_) => return refuse(Problem::internal()),
     };
     let body = match read_body(req, method, &parts).await? {
         Ok(b) => b,
@@ -795,12 +809,38 @@ async fn queue(
         let Some(lottery) = q.admission.lottery.key else {
             return http::problem(unavailable());
         };
+        // The proof of work, when the room asks one: a join without a
+        // valid solution gets a fresh challenge, or, in the infinite
+        // queue, a ticket never admitted and never reported.
+        let shadow =
+            match settings
+                .pow_key
+                .join(q.pow, parts.get(Field::Pow), product_id, &buyer, now)
+            {
+                JoinAnswer::Ticket => false,
+                JoinAnswer::Shadow => true,
+                JoinAnswer::Challenge(why) => {
+                    EDGE.with_borrow_mut(|c| c.pow_refused(product_id));
+                    let level = q.pow.map_or(1, |p| p.level);
+                    let challenge =
+                        settings
+                            .pow_key
+                            .challenge(product_id, &buyer, level, &random_bytes(), now);
+                    return http::problem(pow::required(&challenge, why));
+                }
+            };
         let (text, claims) =
             settings
                 .ticket_key
-                .issue(product_id, &buyer, &lottery.0, now, q.ticket_ttl_ms);
+                .issue(product_id, &buyer, &lottery.0, now, q.ticket_ttl_ms, shadow);
         let ticket = claims.ticket();
-        EDGE.with_borrow_mut(|c| c.issued(product_id, &ticket, q.opens_at_ms));
+        EDGE.with_borrow_mut(|c| {
+            if shadow {
+                c.pow_shadowed(product_id);
+            } else {
+                c.issued(product_id, &ticket, q.opens_at_ms);
+            }
+        });
         let standing = EDGE
             .with_borrow(|c| snapshot.standing(q, &ticket, c.unreported(product_id).as_ref(), now));
         let body = json!({
@@ -853,6 +893,57 @@ async fn queue(
         "expires_at_ms": claims.e,
     });
     http::respond(&Reply::ok(200, body))
+}
+
+/// `GET` of a proof-of-work challenge for the buyer's join (`edge::pow`):
+/// checked as a join is (buyer, then the room's state), at the level the
+/// snapshot asks; nothing is kept of it.
+async fn queue_challenge(
+    parts: &Parts,
+    env: &Env,
+    settings: &Settings,
+    product_id: &str,
+    now: u64,
+) -> worker::Result<web_sys::Response> {
+    let buyer = match auth::buyer(
+        settings,
+        parts.get(Field::Authorization),
+        auth::buyer_cookie(parts.get(Field::Cookie), parts.url.starts_with("https:")),
+        now,
+    ) {
+        Ok(b) => b,
+        Err(p) => return http::problem(p),
+    };
+    if let Some(refused) = limit(env, settings, Limiter::Buyer, &buyer).await? {
+        return Ok(refused);
+    }
+    if let Err(p) = listed(env, product_id).await {
+        return http::problem(p);
+    }
+    let snapshot = match lookup(env, product_id).await {
+        Some(Known::Product { snapshot, .. }) => snapshot,
+        Some(Known::Unknown) => return http::problem(Problem::unknown_product(product_id)),
+        None => return http::problem(unavailable()),
+    };
+    let now = now_ms();
+    let q = match snapshot.may_join(now) {
+        Ok(q) => q,
+        Err(p) => return http::problem(p),
+    };
+    let Some(pow) = q.pow else {
+        return http::problem(Problem::new(
+            ProblemCode::NoPow,
+            "this waiting room asks no proof of work: join directly",
+        ));
+    };
+    let challenge = settings
+        .pow_key
+        .challenge(product_id, &buyer, pow.level, &random_bytes(), now);
+    let mut body = pow::challenge_json(&challenge);
+    body["expected_tries"] = flashgate_wire::altcha::expected_tries(pow.level).into();
+    let mut reply = Reply::ok(200, body);
+    reply.headers.push(("cache-control", "no-store".into()));
+    http::respond(&reply)
 }
 
 /// `GET` of a product's admission record, with the asking ticket's place

@@ -39,6 +39,7 @@ pub enum Field {
     Authorization,
     Cookie,
     Ticket,
+    Pow,
     KeyId,
     Timestamp,
     Signature,
@@ -47,7 +48,7 @@ pub enum Field {
 }
 
 impl Field {
-    const ALL: [Field; 12] = [
+    const ALL: [Field; 13] = [
         Field::ContentLength,
         Field::ConnectingIp,
         Field::ContentType,
@@ -55,6 +56,7 @@ impl Field {
         Field::Authorization,
         Field::Cookie,
         Field::Ticket,
+        Field::Pow,
         Field::KeyId,
         Field::Timestamp,
         Field::Signature,
@@ -71,6 +73,7 @@ impl Field {
             Field::Authorization => "authorization",
             Field::Cookie => "cookie",
             Field::Ticket => TICKET_HEADER,
+            Field::Pow => crate::edge::pow::POW_HEADER,
             Field::KeyId => signing::KEY_ID_HEADER,
             Field::Timestamp => signing::TIMESTAMP_HEADER,
             Field::Signature => signing::SIGNATURE_HEADER,

@@ -35,6 +35,7 @@ use crate::object::product::{DeliveryOutcome, ProductObject};
 use crate::protocol::Command;
 use crate::settings::Forwarding;
 use crate::wasm::object::sqlite::DoSql;
+use crate::wasm::random_bytes;
 use crate::wasm::{config, http};
 use flashgate_core::escrow::{ShardReply, ShardReport};
 use flashgate_wire::signing::{self, Purpose};
@@ -662,28 +663,4 @@ impl ProductGate {
             }
         }
     }
-}
-
-/// 32 bytes from the runtime's CSPRNG (`crypto.getRandomValues`), which
-/// seed the object's lottery keys. The runtime always has it; were the call
-/// to fail, the object would still draw keys, from a weaker seed, and says
-/// so in the log.
-fn random_bytes() -> [u8; 32] {
-    let out = js_sys::Uint8Array::new_with_length(32);
-    let filled =
-        js_sys::Reflect::get(&js_sys::global(), &JsValue::from_str("crypto")).and_then(|crypto| {
-            let f = js_sys::Reflect::get(&crypto, &JsValue::from_str("getRandomValues"))?;
-            f.dyn_into::<js_sys::Function>()?.call1(&crypto, &out)
-        });
-    let mut bytes = [0u8; 32];
-    match filled {
-        Ok(_) => out.copy_to(&mut bytes),
-        Err(e) => {
-            worker::console_error!("flashgate object: crypto.getRandomValues failed: {e:?}");
-            for b in &mut bytes {
-                *b = (js_sys::Math::random() * 256.0) as u8;
-            }
-        }
-    }
-    bytes
 }
