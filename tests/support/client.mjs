@@ -75,6 +75,8 @@ export function client(base, adminToken = ADMIN_TOKEN) {
       }).then(json),
     /** Joins the product's waiting room; the body holds the ticket. */
     join: (product, buyer, extra = {}) => fetch(`${base_(product)}/queue`, { method: "POST", headers: asBuyer(buyer, extra) }).then(json),
+    /** A proof-of-work challenge for the buyer's join. */
+    challenge: (product, buyer, extra = {}) => fetchAgain(`${base_(product)}/queue/challenge`, { headers: asBuyer(buyer, extra) }).then(json),
     /** A ticket's standing in the waiting room. */
     standing: (product, buyer, ticket, extra = {}) =>
       fetchAgain(`${base_(product)}/queue`, { headers: asBuyer(buyer, { "flashgate-ticket": ticket, ...extra }) }).then(json),

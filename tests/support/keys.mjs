@@ -97,6 +97,12 @@ export function queueTicket(claims, { idSecret = ID_SECRET } = {}) {
   return `v1.${body}.${b64url(tag(["v1", body]))}`;
 }
 
+/** The key the gate signs its proof-of-work challenges with, as ALTCHA's
+ * libraries take it (`src/ids.rs`, `PowKey`): a test that knows
+ * `ID_SECRET` signs challenges the gate would have issued (an expired one). */
+export const powSecret = (idSecret = ID_SECRET) =>
+  createHmac("sha256", idSecret).update("flashgate proof of work\n").digest("hex");
+
 /** The waiting room's lottery, recomputed from a published key (64 hex
  * digits): its commitment, and a buyer's tiebreak (openapi.yaml, `Product`). */
 export const lotteryCommitment = (keyHex) => createHash("sha256").update(Buffer.from(keyHex, "hex")).digest("hex");
