@@ -17,8 +17,9 @@ pub struct Asset {
 pub const ALTCHA_JS: &str = "/vendor/altcha-3.2.2/altcha.js";
 pub const ALTCHA_WORKER: &str = "/vendor/altcha-3.2.2/pbkdf2.js";
 pub const ALTCHA_CSS: &str = "/vendor/altcha-3.2.2/altcha.css";
+pub const ALTCHA_ZH: &str = "/vendor/altcha-3.2.2/zh-cn.js";
 
-pub const ASSETS: [Asset; 3] = [
+pub const ASSETS: [Asset; 4] = [
     Asset {
         path: ALTCHA_JS,
         content_type: "text/javascript; charset=utf-8",
@@ -28,6 +29,11 @@ pub const ASSETS: [Asset; 3] = [
         path: ALTCHA_WORKER,
         content_type: "text/javascript; charset=utf-8",
         body: include_bytes!("../../web/vendor/altcha/pbkdf2.js"),
+    },
+    Asset {
+        path: ALTCHA_ZH,
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../web/vendor/altcha/zh-cn.js"),
     },
     Asset {
         path: ALTCHA_CSS,

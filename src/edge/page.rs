@@ -139,9 +139,20 @@ pub fn policy(page: &Page, payment_url: &str) -> String {
         connect.push(' ');
         connect.push_str(origin);
     }
+    // The product page loads the ALTCHA widget, its styles and its Web
+    // Worker from the gate itself (`edge::assets`) when the waiting room
+    // asks a proof of work: 'self', and nothing outside.
+    let own = match page {
+        Page::Product(_) => " 'self'",
+        _ => "",
+    };
+    let workers = match page {
+        Page::Product(_) => "; worker-src 'self'",
+        _ => "",
+    };
     format!(
-        "default-src 'none'; script-src {}; style-src {}; connect-src {connect}; \
-         img-src 'self' https:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+        "default-src 'none'; script-src {}{own}; style-src {}{own}; connect-src {connect}; \
+         img-src 'self' https:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'{workers}",
         hashes.scripts.join(" "),
         hashes.styles.join(" "),
     )

@@ -62,6 +62,7 @@ pub const ROUTES: &[(&str, &str, RouteKind)] = &[
     ("GET", assets::ALTCHA_JS, RouteKind::Asset),
     ("GET", assets::ALTCHA_WORKER, RouteKind::Asset),
     ("GET", assets::ALTCHA_CSS, RouteKind::Asset),
+    ("GET", assets::ALTCHA_ZH, RouteKind::Asset),
     ("POST", "/api/session", RouteKind::Session),
     ("GET", "/api/products", RouteKind::ListProducts),
     ("GET", "/api/products/{product_id}", RouteKind::GetProduct),
