@@ -51,6 +51,11 @@ struct Args {
     /// Set up a waiting room admitting this many a second (0: none).
     #[arg(long, default_value_t = 0)]
     admit_per_s: u64,
+    /// Set the waiting room up to ask a proof of work of this level (1 to
+    /// 5; 0: none) at the join; the buyers solve each challenge natively,
+    /// as a script would (needs --admit-per-s).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=5))]
+    pow_level: u8,
     /// Set the product up over this many stock shards (1 to 64), so that
     /// its sale runs past one object's rate.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
@@ -154,6 +159,7 @@ async fn main() {
             stock: args.stock,
             hold_ttl_ms: args.hold_ttl_ms,
             admit_per_s: args.admit_per_s,
+            pow_level: args.pow_level,
             shards: args.shards,
             admin_token: args.admin_token.clone(),
             buyer_keys: keys(args.buyer_keys.clone(), "buyer-keys")?,

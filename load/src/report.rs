@@ -143,8 +143,20 @@ pub struct Report {
     pub verdict: Option<Verdict>,
     /// For a product of several stock shards, what the escrow cost.
     pub escrow: Option<EscrowFigures>,
+    /// For a waiting room that asked a proof of work, what solving cost
+    /// the buyers (natively, as a script).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pow: Option<PowFigures>,
     /// The waiting room's audit (`--audit`), if asked for.
     pub audit: Option<crate::audit::AuditReport>,
+}
+
+/// The proof of work the buyers solved: how many challenges, and the mean
+/// time one took on a blocking thread of this tool.
+#[derive(Clone, Debug, Serialize)]
+pub struct PowFigures {
+    pub solved: u64,
+    pub solve_ms_mean: f64,
 }
 
 /// What a product of several stock shards cost the run, from the gate's
@@ -287,6 +299,13 @@ impl Report {
             self.db_writes_per_reserve
                 .map_or("-".into(), |w| format!("{w:.4}"))
         );
+        if let Some(p) = &self.pow {
+            let _ = writeln!(
+                out,
+                "proof of work: {} challenges solved natively · {:.1} ms each on average",
+                p.solved, p.solve_ms_mean
+            );
+        }
         if let Some(e) = &self.escrow {
             let _ = writeln!(
                 out,

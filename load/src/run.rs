@@ -14,6 +14,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
+use flashgate_wire::altcha;
 use flashgate_wire::bounds;
 use flashgate_wire::codes::ProblemCode;
 use flashgate_wire::keys::KeySet;
@@ -31,7 +32,7 @@ use crate::audit;
 use crate::client::{self, send, Answer, STOPPED};
 use crate::measure::{kendall_tau, Latency};
 use crate::plan::{self, Arrival, Buyer, Fate, Shares, System};
-use crate::report::{Cleanup, Endpoint, EscrowFigures, Report, SharesUsed, Status};
+use crate::report::{Cleanup, Endpoint, EscrowFigures, PowFigures, Report, SharesUsed, Status};
 use crate::verdict::{self, Held, Observed, StoredOrder};
 
 /// Attempts of one idempotent request on network errors, 503s and 429s.
@@ -92,6 +93,8 @@ pub struct Config {
     pub stock: Option<u64>,
     pub hold_ttl_ms: u64,
     pub admit_per_s: u64,
+    /// Ask a proof of work of this level at the join (0: none).
+    pub pow_level: u8,
     /// Set the product up over this many stock shards (flashgate only).
     pub shards: u16,
     pub admin_token: String,
@@ -202,6 +205,9 @@ struct Ctx {
     admission: AtomicBool,
     /// The product's hold time to live, as it said before the run.
     hold_ttl_ms: AtomicU64,
+    /// Proof-of-work challenges the buyers solved, and the CPU ms it took.
+    pow_solved: AtomicU64,
+    pow_solve_us: AtomicU64,
 }
 
 fn now_ms() -> u64 {
@@ -314,6 +320,30 @@ async fn session(ctx: &Ctx, end: &mut BuyerEnd, b: &Buyer) -> Option<(String, St
     Some((a.str("buyer_id")?.to_owned(), a.str("token")?.to_owned()))
 }
 
+/// The request header a join's proof of work travels in (the gate's
+/// `edge::pow::POW_HEADER`).
+const POW_HEADER: &str = "flashgate-pow";
+/// The most tries a buyer spends on one challenge: past level 5's mean
+/// many times over, a challenge this tool was never meant to meet.
+const POW_TRIES_MAX: u64 = 1 << 26;
+
+/// The payload answering the challenge a `pow_required` answer carries,
+/// solved on a blocking thread; `None` if it cannot be read or solved.
+async fn solve_pow(ctx: &Ctx, refused: &Answer) -> Option<String> {
+    let challenge: altcha::Challenge =
+        serde_json::from_value(refused.body.get("challenge")?.clone()).ok()?;
+    let started = Instant::now();
+    let payload = tokio::task::spawn_blocking(move || {
+        altcha::solve(&challenge, POW_TRIES_MAX).map(|s| altcha::payload(&challenge, &s))
+    })
+    .await
+    .ok()??;
+    ctx.pow_solved.fetch_add(1, Ordering::Relaxed);
+    ctx.pow_solve_us
+        .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    Some(payload)
+}
+
 /// Waits in the waiting room until admitted; the ticket, or why not.
 async fn admitted(
     ctx: &Ctx,
@@ -322,12 +352,29 @@ async fn admitted(
     give_up_at: Instant,
 ) -> Result<String, String> {
     let queue = ctx.url(&format!("{}/queue", ctx.product_path()));
-    let sent_join_ms = now_ms();
-    let joined = ctx
+    let mut sent_join_ms = now_ms();
+    let mut joined = ctx
         .again(end, Endpoint::Join, || {
             ctx.http.post(&queue).bearer_auth(token)
         })
         .await;
+    // A room that asks a proof of work answers with a challenge: solved
+    // natively (off the runtime's threads), then the join again with it.
+    for _ in 0..2 {
+        if joined.code.as_deref() != Some(ProblemCode::PowRequired.as_str()) {
+            break;
+        }
+        let payload = solve_pow(ctx, &joined).await.ok_or("pow_unsolved")?;
+        sent_join_ms = now_ms();
+        joined = ctx
+            .again(end, Endpoint::Join, || {
+                ctx.http
+                    .post(&queue)
+                    .bearer_auth(token)
+                    .header(POW_HEADER, payload.as_str())
+            })
+            .await;
+    }
     if !joined.ok() {
         return Err(joined.label());
     }
@@ -722,6 +769,11 @@ async fn setup(ctx: &Ctx, stock: u64) -> Result<bool> {
             "hold_ttl_ms": ctx.cfg.hold_ttl_ms,
             "admit_per_s": ctx.cfg.admit_per_s,
             "shards": ctx.cfg.shards,
+            "pow": if ctx.cfg.pow_level > 0 {
+                json!({"mode": "fixed", "level": ctx.cfg.pow_level})
+            } else {
+                json!({"mode": "off"})
+            },
             "mode": "active",
         }),
         System::Peer => serde_json::to_value(PeerSetup {
@@ -1139,6 +1191,8 @@ pub async fn run(cfg: Config, stop: Arc<Stop>) -> Report {
         sold_out_at: AtomicU64::new(0),
         last_confirm_at: AtomicU64::new(0),
         read_retries: AtomicU64::new(0),
+        pow_solved: AtomicU64::new(0),
+        pow_solve_us: AtomicU64::new(0),
         bar,
         admission: AtomicBool::new(false),
         hold_ttl_ms: AtomicU64::new(0),
@@ -1163,6 +1217,11 @@ pub async fn run(cfg: Config, stop: Arc<Stop>) -> Report {
     };
     let mut r = report(&ctx.cfg, m, retries, incomplete);
     r.sell_out_ms = sell_out_ms;
+    let solved = ctx.pow_solved.load(Ordering::Relaxed);
+    r.pow = (solved > 0).then(|| PowFigures {
+        solved,
+        solve_ms_mean: ctx.pow_solve_us.load(Ordering::Relaxed) as f64 / solved as f64 / 1000.0,
+    });
     r
 }
 
@@ -1276,6 +1335,7 @@ fn report(cfg: &Config, m: Measured, read_retries: u64, incomplete: Option<Strin
         incomplete,
         verdict,
         escrow,
+        pow: None,
         audit: m.audit,
         status: Status::Pass,
     })

@@ -200,6 +200,24 @@ test("--audit: an honest sale through a pre-queue passes the audit from outside"
   assert.ok(report.outcomes.reserved >= 30, seen);
 }));
 
+test("--pow-level: every buyer solves the waiting room's proof of work natively and joins; the verdict holds", { timeout: 180_000 }, () => withGate(async ({ gate, api }) => {
+  const { code, report, stderr } = await load([
+    "--url", gate.url, "--product", "load-pow", "--stock", "30", "--buyers", "120", "--connections", "32",
+    "--admit-per-s", "200", "--pow-level", "2", "--seed", "13",
+  ]);
+  const seen = `seed 13: ${JSON.stringify({ outcomes: report?.outcomes, pow: report?.pow, join: report?.endpoints?.join })} ${stderr}`;
+  assert.equal(code, 0, `exit ${code}: ${seen}`);
+  assert.equal(report.verdict.violations.length, 0, seen);
+  // Each buyer was refused once with a challenge, solved it and joined.
+  assert.equal(report.pow.solved, 120, seen);
+  assert.equal(report.endpoints.join.answers.pow_required, 120, seen);
+  assert.equal(report.endpoints.join.answers["201"], 120, seen);
+  // Cancelled units sell again, so at least the stock was reserved.
+  assert.ok(report.outcomes.reserved >= 30, seen);
+  const q = (await api.stats("load-pow")).body.queue;
+  assert.deepEqual([q.pow_mode, q.pow_level, q.reported], ["fixed", 2, 120], JSON.stringify(q));
+}));
+
 test("a refused setup or an unreachable gate is exit 2, not a verdict; the report still says so", async () => {
   const { code, report, stderr } = await load(["--url", "http://127.0.0.1:9", "--stock", "1", "--buyers", "1"]);
   assert.equal(code, 2, stderr);
