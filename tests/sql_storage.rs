@@ -436,7 +436,7 @@ fn a_pow_setting_survives_a_reload_and_a_refused_one_changes_nothing() {
     // a failed join goes to the infinite queue.
     assert_eq!(
         created.body["pow"],
-        serde_json::json!({"mode": "adaptive", "level": 2})
+        serde_json::json!({"mode": "adaptive", "level": 2, "asking": 2})
     );
     let stats = Command::Stats {
         product_id: "p1".into(),
@@ -458,7 +458,7 @@ fn a_pow_setting_survives_a_reload_and_a_refused_one_changes_nothing() {
     let stored = store.load_all().unwrap();
     for bad in [
         r#"{"pow": {"mode": "fixed", "level": 0}}"#,
-        r#"{"pow": {"mode": "fixed", "level": 6}}"#,
+        r#"{"pow": {"mode": "fixed", "level": 5}}"#,
         r#"{"admit_per_s": 0}"#,
         r#"{"stock_total": 9, "pow": {"mode": "fixed", "level": 9}}"#,
     ] {

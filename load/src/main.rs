@@ -52,9 +52,9 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     admit_per_s: u64,
     /// Set the waiting room up to ask a proof of work of this level (1 to
-    /// 5; 0: none) at the join; the buyers solve each challenge natively,
+    /// 4; 0: none) at the join; the buyers solve each challenge natively,
     /// as a script would (needs --admit-per-s).
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=5))]
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=4))]
     pow_level: u8,
     /// Set the product up over this many stock shards (1 to 64), so that
     /// its sale runs past one object's rate.

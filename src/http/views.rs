@@ -144,8 +144,10 @@ struct ProductView<'a> {
 #[derive(Serialize)]
 struct PowView {
     mode: &'static str,
+    /// The level set: fixed, the level; adaptive, the lowest.
+    level: u8,
     /// The level asked now (hex zeros of the key prefix); `null` when off.
-    level: Option<u8>,
+    asking: Option<u8>,
 }
 
 /// The public view of a product.
@@ -185,7 +187,8 @@ pub fn product(g: &Gate, product_id: &str, now_ms: u64) -> Value {
         lottery_key,
         pow: PowView {
             mode: c.pow.mode.as_str(),
-            level: g.pow_level(now_ms),
+            level: c.pow.level,
+            asking: g.pow_level(now_ms),
         },
     })
 }
