@@ -232,10 +232,13 @@ for (const lang of ["en-US", "zh-CN"]) {
     assert.equal(await value("attempt_window_ms"), "5", "five seconds");
     assert.equal(await value("face.name.en"), HOSTILE);
     assert.equal(await value("face.price.amount"), "19.90");
-    // Every member of the API's product update has its field, and no other.
-    const names = await page.$$eval("#fields [name]", (els) => els.map((e) => e.name).filter((n) => !n.startsWith("face.")).concat("face"));
+    // Every member of the API's product update has its field, and no other
+    // (the proof of work's members each one, as the API names them).
+    const all = await page.$$eval("#fields [name]", (els) => els.map((e) => e.name));
+    const names = all.filter((n) => !n.startsWith("face.") && !n.startsWith("pow.")).concat("face", "pow");
     const spec = await (await fetch(`${shop.url}/openapi.json`)).json();
     assert.deepEqual([...names].sort(), Object.keys(spec.components.schemas.ConfigPatch.properties).sort());
+    assert.deepEqual(all.filter((n) => n.startsWith("pow.")).map((n) => n.slice(4)).sort(), Object.keys(spec.components.schemas.PowSetting.properties).sort());
 
     // A bad number says so, replaces the success, and sends nothing.
     let puts = 0;

@@ -7,6 +7,7 @@
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { launch, open, shot, violations } from "../support/browser.mjs";
+import { ADMIN_TOKEN } from "../support/keys.mjs";
 import { useGate } from "../support/system.mjs";
 
 const shop = useGate();
@@ -51,3 +52,33 @@ for (const [lang, solving, done] of [
     await ctx.close();
   });
 }
+
+shop.test("the console shows a product's proof of work, the endless queue included, and changes it", async ({ api }) => {
+  const product = "pow-console";
+  const put = await api.put(product, { stock_total: 5, admit_per_s: 10, pow: { mode: "fixed", level: 3, infinite_queue: true } });
+  assert.equal(put.status, 201, JSON.stringify(put.body));
+  const { ctx, page } = await open(browser, shop.url, "/admin");
+  await page.fill("#token", ADMIN_TOKEN);
+  await page.fill("#product", product);
+  await page.click("#save-token");
+  await page.waitForFunction(() => document.querySelector('#fields [name="stock_total"]').value === "5");
+  const value = (f) => page.inputValue(`#fields [name="${f}"]`);
+  assert.deepEqual([await value("pow.mode"), await value("pow.level"), await value("pow.infinite_queue")], ["fixed", "3", "true"]);
+  await shot(page, "pow-console-en");
+  // A level out of range is the gate's 422, shown, and nothing changes.
+  await page.selectOption('#fields [name="pow.mode"]', "adaptive");
+  await page.fill('#fields [name="pow.level"]', "9");
+  await page.click('#config button[type="submit"]');
+  await page.waitForFunction(() => document.getElementById("message").className === "error");
+  assert.match(await page.textContent("#message"), /pow\.level/);
+  assert.equal((await api.stats(product)).body.queue.pow_mode, "fixed");
+  // Adaptive from level 2, failed proofs asked again.
+  await page.fill('#fields [name="pow.level"]', "2");
+  await page.selectOption('#fields [name="pow.infinite_queue"]', "false");
+  await page.click('#config button[type="submit"]');
+  await page.waitForFunction(() => document.getElementById("message").className === "ok");
+  const q = (await api.stats(product)).body.queue;
+  assert.deepEqual([q.pow_mode, q.pow_level, q.pow_infinite_queue], ["adaptive", 2, false], JSON.stringify(q));
+  assert.deepEqual(violations(page), []);
+  await ctx.close();
+});
