@@ -766,6 +766,35 @@ async fn sync(env: &Env, product_id: &str) {
     EDGE.with_borrow_mut(|c| c.end_sync(product_id, started, known, report, now_ms()));
 }
 
+/// The buyer of a request to a product's waiting room, checked in the
+/// order every edge answer is: the buyer's token, the buyer's rate limit,
+/// and that the product exists (before any object is touched); `Err` is
+/// the answer that refuses it.
+async fn room_buyer(
+    parts: &Parts,
+    env: &Env,
+    settings: &Settings,
+    product_id: &str,
+    now: u64,
+) -> worker::Result<Result<String, web_sys::Response>> {
+    let buyer = match auth::buyer(
+        settings,
+        parts.get(Field::Authorization),
+        auth::buyer_cookie(parts.get(Field::Cookie), parts.url.starts_with("https:")),
+        now,
+    ) {
+        Ok(b) => b,
+        Err(p) => return http::problem(p).map(Err),
+    };
+    if let Some(refused) = limit(env, settings, Limiter::Buyer, &buyer).await? {
+        return Ok(Err(refused));
+    }
+    if let Err(p) = listed(env, product_id).await {
+        return http::problem(p).map(Err);
+    }
+    Ok(Ok(buyer))
+}
+
 /// `POST` (join) and `GET` (standing) of a product's waiting room, both
 /// answered here: tickets are signed by the edge, and standings read from
 /// the snapshot, so a crowd in the room costs its object about one request
@@ -778,21 +807,10 @@ async fn queue(
     join: bool,
     now: u64,
 ) -> worker::Result<web_sys::Response> {
-    let buyer = match auth::buyer(
-        settings,
-        parts.get(Field::Authorization),
-        auth::buyer_cookie(parts.get(Field::Cookie), parts.url.starts_with("https:")),
-        now,
-    ) {
+    let buyer = match room_buyer(parts, env, settings, product_id, now).await? {
         Ok(b) => b,
-        Err(p) => return http::problem(p),
+        Err(refused) => return Ok(refused),
     };
-    if let Some(refused) = limit(env, settings, Limiter::Buyer, &buyer).await? {
-        return Ok(refused);
-    }
-    if let Err(p) = listed(env, product_id).await {
-        return http::problem(p);
-    }
     let snapshot = match lookup(env, product_id).await {
         Some(Known::Product { snapshot, .. }) => snapshot,
         Some(Known::Unknown) => return http::problem(Problem::unknown_product(product_id)),
@@ -905,21 +923,10 @@ async fn queue_challenge(
     product_id: &str,
     now: u64,
 ) -> worker::Result<web_sys::Response> {
-    let buyer = match auth::buyer(
-        settings,
-        parts.get(Field::Authorization),
-        auth::buyer_cookie(parts.get(Field::Cookie), parts.url.starts_with("https:")),
-        now,
-    ) {
+    let buyer = match room_buyer(parts, env, settings, product_id, now).await? {
         Ok(b) => b,
-        Err(p) => return http::problem(p),
+        Err(refused) => return Ok(refused),
     };
-    if let Some(refused) = limit(env, settings, Limiter::Buyer, &buyer).await? {
-        return Ok(refused);
-    }
-    if let Err(p) = listed(env, product_id).await {
-        return http::problem(p);
-    }
     let snapshot = match lookup(env, product_id).await {
         Some(Known::Product { snapshot, .. }) => snapshot,
         Some(Known::Unknown) => return http::problem(Problem::unknown_product(product_id)),
@@ -956,21 +963,10 @@ async fn queue_record(
     product_id: &str,
     now: u64,
 ) -> worker::Result<web_sys::Response> {
-    let buyer = match auth::buyer(
-        settings,
-        parts.get(Field::Authorization),
-        auth::buyer_cookie(parts.get(Field::Cookie), parts.url.starts_with("https:")),
-        now,
-    ) {
+    let buyer = match room_buyer(parts, env, settings, product_id, now).await? {
         Ok(b) => b,
-        Err(p) => return http::problem(p),
+        Err(refused) => return Ok(refused),
     };
-    if let Some(refused) = limit(env, settings, Limiter::Buyer, &buyer).await? {
-        return Ok(refused);
-    }
-    if let Err(p) = listed(env, product_id).await {
-        return http::problem(p);
-    }
     let Some(text) = parts.get(Field::Ticket) else {
         return http::problem(Problem::new(
             ProblemCode::TicketRequired,
