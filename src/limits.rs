@@ -157,5 +157,8 @@ pub const ROWS_PER_CALL_MAX: u32 = 256;
 /// How long the edge's view of which products exist answers an id it does
 /// not hold, before a miss reads the catalog again (`edge::catalog`).
 pub const CATALOG_FRESH_MS: u64 = 1_000;
+/// How long a request that misses waits for another's catalog read in
+/// flight before it reads itself (`edge::catalog`).
+pub const CATALOG_READ_WAIT_MAX_MS: u64 = 2_000;
 /// The most ids one read of the catalog returns.
 pub const CATALOG_PAGE_MAX: usize = 1_000;

@@ -10,12 +10,19 @@
 //! refresh, so for up to `CATALOG_FRESH_MS` after its creation this
 //! isolate may still answer it unknown. A product created through this
 //! isolate is known at once (`insert`).
+//!
+//! A miss while a read is in flight waits for that read (`Wait`), as a
+//! snapshot's single flight does, and a read that failed lets the next miss
+//! read again: an isolate that has just started (a deploy, a restart) with
+//! a crowd on a real product must not tell the crowd it does not exist
+//! while its first read is on its way. It did: after a `kill -9`, some
+//! confirms of holds made before it were answered `unknown_product`.
 
 use std::collections::HashSet;
 
 use flashgate_wire::bounds;
 
-use crate::limits::{CATALOG_FRESH_MS, PRODUCTS_MAX};
+use crate::limits::{CATALOG_FRESH_MS, CATALOG_READ_WAIT_MAX_MS, PRODUCTS_MAX};
 use crate::protocol::CatalogPage;
 
 /// What the view says of an id.
@@ -24,8 +31,12 @@ pub enum Listing {
     Listed,
     /// Not registered, as of a read less than `CATALOG_FRESH_MS` old.
     Unlisted,
+    /// Not known, and a read is in flight: wait `REFRESH_POLL_MS` on the
+    /// request's own timer and ask again.
+    Wait,
     /// Not known, and the view may read the catalog again: the caller
-    /// does (`begin_refresh`, then `end_refresh`) and asks once more.
+    /// does (`begin_refresh`, then `end_refresh` or `fail_refresh`) and
+    /// asks once more.
     Refresh,
 }
 
@@ -34,15 +45,23 @@ pub struct CatalogView {
     known: HashSet<String>,
     /// The catalog's cursor after the last page read.
     cursor: u64,
-    /// When the last read started: at most one starts per
+    /// When the last read that answered started: at most one starts per
     /// `CATALOG_FRESH_MS`, however many requests miss meanwhile.
     started_at_ms: Option<u64>,
+    /// When the read in flight started; one that has not answered in
+    /// `CATALOG_READ_WAIT_MAX_MS` (its request was dropped) is given up.
+    reading_since_ms: Option<u64>,
 }
 
 impl CatalogView {
     pub fn lookup(&self, product_id: &str, now_ms: u64) -> Listing {
         if self.known.contains(product_id) {
             Listing::Listed
+        } else if self
+            .reading_since_ms
+            .is_some_and(|t| now_ms.saturating_sub(t) < CATALOG_READ_WAIT_MAX_MS)
+        {
+            Listing::Wait
         } else if self
             .started_at_ms
             .is_some_and(|t| now_ms.saturating_sub(t) < CATALOG_FRESH_MS)
@@ -55,8 +74,13 @@ impl CatalogView {
 
     /// Starts a read; returns the cursor to read after.
     pub fn begin_refresh(&mut self, now_ms: u64) -> u64 {
-        self.started_at_ms = Some(now_ms);
+        self.reading_since_ms = Some(now_ms);
         self.cursor
+    }
+
+    /// The read in flight brought nothing: the next miss reads again.
+    pub fn fail_refresh(&mut self) {
+        self.reading_since_ms = None;
     }
 
     /// Takes a page the catalog answered. Its ids are checked as any
@@ -64,6 +88,7 @@ impl CatalogView {
     /// may. A page with more behind it lets the next miss read again at
     /// once.
     pub fn end_refresh(&mut self, page: CatalogPage) {
+        self.started_at_ms = self.reading_since_ms.take().or(self.started_at_ms);
         for id in page.ids {
             if self.known.len() >= PRODUCTS_MAX {
                 break;
@@ -111,8 +136,10 @@ mod tests {
         let mut v = CatalogView::default();
         assert_eq!(v.lookup("demo", 0), Listing::Refresh);
         assert_eq!(v.begin_refresh(0), 0);
-        // Misses while the read is in flight, or soon after, are unlisted.
-        assert_eq!(v.lookup("made-up-1", 10), Listing::Unlisted);
+        // Misses while the read is in flight wait for it; soon after, they
+        // are unlisted.
+        assert_eq!(v.lookup("demo", 10), Listing::Wait);
+        assert_eq!(v.lookup("made-up-1", 10), Listing::Wait);
         v.end_refresh(page(&["demo"], 1, false));
         assert_eq!(v.lookup("demo", 20), Listing::Listed);
         for i in 0..10_000 {
@@ -126,6 +153,34 @@ mod tests {
             v.begin_refresh(CATALOG_FRESH_MS),
             1,
             "reads after its cursor"
+        );
+    }
+
+    /// A crowd on a real product, in an isolate that has just started: the
+    /// read in flight is waited for, not answered unknown; a read that
+    /// failed, or whose request was dropped, lets the next miss read again.
+    #[test]
+    fn a_crowd_waits_for_the_first_read_and_a_failed_read_is_not_an_answer() {
+        let mut v = CatalogView::default();
+        v.begin_refresh(0);
+        for t in [1, 50, CATALOG_READ_WAIT_MAX_MS - 1] {
+            assert_eq!(v.lookup("real", t), Listing::Wait);
+        }
+        v.fail_refresh();
+        assert_eq!(
+            v.lookup("real", 60),
+            Listing::Refresh,
+            "a failure is not a list"
+        );
+        v.begin_refresh(60);
+        v.end_refresh(page(&["real"], 1, false));
+        assert_eq!(v.lookup("real", 61), Listing::Listed);
+        // A read whose request was dropped is given up after the wait.
+        v.begin_refresh(5_000);
+        assert_eq!(v.lookup("other", 5_001), Listing::Wait);
+        assert_eq!(
+            v.lookup("other", 5_000 + CATALOG_READ_WAIT_MAX_MS),
+            Listing::Refresh
         );
     }
 

@@ -50,10 +50,14 @@ thread_local! {
 /// instantiated; an unreachable catalog is `unavailable`.
 async fn listed(env: &Env, product_id: &str) -> Result<(), Problem> {
     let lookup = || CATALOG.with_borrow(|c| c.lookup(product_id, now_ms()));
-    match lookup() {
-        Listing::Listed => return Ok(()),
-        Listing::Unlisted => return Err(Problem::unknown_product(product_id)),
-        Listing::Refresh => {}
+    loop {
+        match lookup() {
+            Listing::Listed => return Ok(()),
+            Listing::Unlisted => return Err(Problem::unknown_product(product_id)),
+            // Another request's read is in flight: it may list this id.
+            Listing::Wait => Delay::from(Duration::from_millis(REFRESH_POLL_MS)).await,
+            Listing::Refresh => break,
+        }
     }
     let after = CATALOG.with_borrow_mut(|c| c.begin_refresh(now_ms()));
     let read = async {
@@ -66,6 +70,7 @@ async fn listed(env: &Env, product_id: &str) -> Result<(), Problem> {
         Ok(page) => CATALOG.with_borrow_mut(|c| c.end_refresh(page)),
         Err(e) => {
             worker::console_error!("flashgate edge: the catalog is unreachable: {e}");
+            CATALOG.with_borrow_mut(|c| c.fail_refresh());
             return Err(unavailable());
         }
     }
