@@ -771,6 +771,16 @@ async fn sync(env: &Env, product_id: &str) {
     EDGE.with_borrow_mut(|c| c.end_sync(product_id, started, known, report, now_ms()));
 }
 
+/// The snapshot the waiting room's routes answer from, or the problem:
+/// an unknown product, or none to be had.
+async fn room_snapshot(env: &Env, product_id: &str) -> Result<Rc<Snapshot>, Problem> {
+    match lookup(env, product_id).await {
+        Some(Known::Product { snapshot, .. }) => Ok(snapshot),
+        Some(Known::Unknown) => Err(Problem::unknown_product(product_id)),
+        None => Err(unavailable()),
+    }
+}
+
 /// The buyer of a request to a product's waiting room, checked in the
 /// order every edge answer is: the buyer's token, the buyer's rate limit,
 /// and that the product exists (before any object is touched); `Err` is
@@ -816,10 +826,9 @@ async fn queue(
         Ok(b) => b,
         Err(refused) => return Ok(refused),
     };
-    let snapshot = match lookup(env, product_id).await {
-        Some(Known::Product { snapshot, .. }) => snapshot,
-        Some(Known::Unknown) => return http::problem(Problem::unknown_product(product_id)),
-        None => return http::problem(unavailable()),
+    let snapshot = match room_snapshot(env, product_id).await {
+        Ok(s) => s,
+        Err(p) => return http::problem(p),
     };
     let now = now_ms();
     if join {
@@ -932,10 +941,9 @@ async fn queue_challenge(
         Ok(b) => b,
         Err(refused) => return Ok(refused),
     };
-    let snapshot = match lookup(env, product_id).await {
-        Some(Known::Product { snapshot, .. }) => snapshot,
-        Some(Known::Unknown) => return http::problem(Problem::unknown_product(product_id)),
-        None => return http::problem(unavailable()),
+    let snapshot = match room_snapshot(env, product_id).await {
+        Ok(s) => s,
+        Err(p) => return http::problem(p),
     };
     let now = now_ms();
     let q = match snapshot.may_join(now) {
@@ -982,10 +990,9 @@ async fn queue_record(
         Ok(c) => c,
         Err(e) => return http::problem(e.problem()),
     };
-    let snapshot = match lookup(env, product_id).await {
-        Some(Known::Product { snapshot, .. }) => snapshot,
-        Some(Known::Unknown) => return http::problem(Problem::unknown_product(product_id)),
-        None => return http::problem(unavailable()),
+    let snapshot = match room_snapshot(env, product_id).await {
+        Ok(s) => s,
+        Err(p) => return http::problem(p),
     };
     let Some(q) = &snapshot.queue else {
         return http::problem(Problem::new(
