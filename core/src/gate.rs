@@ -510,6 +510,7 @@ impl Gate {
             ReserveOutcome::Reserved { .. }
                 | ReserveOutcome::SoldOut
                 | ReserveOutcome::InsufficientStock { .. }
+                | ReserveOutcome::Unavailable { .. }
         ) {
             self.note_demand(now_ms, u64::from(quantity));
         }
@@ -571,6 +572,13 @@ impl Gate {
                 ReserveOutcome::IdempotencyConflict { reservation_id: id }
             };
         }
+        // A stock shard decides only under rules home leased it; its shell
+        // asks home before such a reserve, so this is a call that failed.
+        if self.rules_lapsed(now_ms) {
+            return ReserveOutcome::Unavailable {
+                retry_after_ms: crate::escrow::limits::UNDECIDED_RETRY_MS,
+            };
+        }
         // Every attempt past a replay counts against the buyer's pace,
         // refused or not: that is what bounds a script's clicks.
         let window_ms = self.config.attempt_window_ms;
@@ -620,7 +628,7 @@ impl Gate {
         // At home, `U` is sellable too: it is drawn from in this turn.
         let sellable = self.sellable();
         if sellable == 0 {
-            return ReserveOutcome::SoldOut;
+            return self.shortage(now_ms, 0);
         }
         let used = match slot {
             Some(slot) => self.buyers.units(slot),
@@ -632,9 +640,7 @@ impl Gate {
             };
         }
         if u64::from(quantity) > sellable {
-            return ReserveOutcome::InsufficientStock {
-                available: sellable,
-            };
+            return self.shortage(now_ms, sellable);
         }
 
         // Every refusal is above this line. From here the reserve must succeed.
@@ -1203,6 +1209,9 @@ impl Gate {
         now_ms: u64,
         units: u64,
     ) -> Result<(), AdminRefusal> {
+        if self.is_shard() {
+            return Err(AdminRefusal::NotHome);
+        }
         self.settle(now_ms);
         match self.product_total().checked_add(units) {
             Some(total) if total <= limits::STOCK_UNITS_MAX => {
@@ -1316,6 +1325,9 @@ impl Gate {
         now_ms: u64,
         patch: &ConfigPatch,
     ) -> Result<(), AdminRefusal> {
+        if self.is_shard() {
+            return Err(AdminRefusal::NotHome);
+        }
         self.settle(now_ms);
         let config = patch.apply(&self.config);
         let config_changed = config != self.config;
@@ -1395,9 +1407,18 @@ impl Gate {
             self.emit_stock(now_ms);
             self.grow_paid_buyers(archive);
         }
+        let mode_changed = patch.mode.is_some_and(|m| m != self.mode);
         if let Some(mode) = patch.mode.filter(|&m| m != self.mode) {
             self.mode = mode;
             self.dirty.meta = true;
+        }
+        // New rules bind every shard before the change is done: the
+        // shell pushes them (`rules_behind`, `rules_bind_at`).
+        if config_changed || mode_changed {
+            if let Escrow::Home(pool) = &mut self.escrow {
+                pool.rules_changed();
+                self.dirty.escrow = true;
+            }
         }
         // A shorter window may already have ended for some tombstones.
         self.settle(now_ms);

@@ -6,7 +6,7 @@
 //! storage and network in and out. That is what lets the simulator in
 //! `tests/sim.rs` drive it through millions of interleavings from a seed.
 //!
-//! The contract is the invariants ARCHITECTURE.md states (I1–I6); the core
+//! The contract is the invariants ARCHITECTURE.md states (I1–I7); the core
 //! keeps these:
 //! - I1: `available + held + sold == stock_total`, asserted wherever units
 //!   move.
@@ -55,6 +55,6 @@ pub use outcome::{
 pub use persist::Restorer;
 pub use pow::{JoinRate, Pow, PowMode};
 pub use rows::{Change, ItemKey, MetaRow, ReservationRow, RestoreError, Row, RowKey};
-pub use sharded::Escrow;
+pub use sharded::{Escrow, HomeStep};
 pub use stats::{Counters, Levels, Stats};
 pub use store::HoldState;

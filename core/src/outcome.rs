@@ -107,6 +107,14 @@ pub enum ReserveOutcome {
     NotAdmitted {
         position: u64,
     },
+    /// A stock shard could not decide within its bounded wait: it has too
+    /// few units, and home could not say whether any is left elsewhere (a
+    /// shard did not answer its drain, or home did not answer the call).
+    /// Never `SoldOut`, which would be a guess. Retry after
+    /// `retry_after_ms`.
+    Unavailable {
+        retry_after_ms: u64,
+    },
 }
 
 outcome_kinds! {
@@ -128,6 +136,7 @@ outcome_kinds! {
         TicketRequired => "ticket_required",
         TicketExpired => "ticket_expired",
         NotAdmitted => "not_admitted",
+        Unavailable => "unavailable",
     }
 }
 
@@ -232,6 +241,9 @@ pub enum AdminRefusal {
     InvalidShards,
     /// A product's shards are set when it is created.
     ShardsFixed,
+    /// A stock shard takes its rules and stock from home only: an admin's
+    /// change sent to it is a bug of the Worker, and changes nothing.
+    NotHome,
 }
 
 outcome_kinds! {
@@ -248,6 +260,7 @@ outcome_kinds! {
         NotConfirmed => "not_confirmed",
         InvalidShards => "invalid_body",
         ShardsFixed => "shards_fixed",
+        NotHome => "internal",
     }
 }
 

@@ -307,6 +307,7 @@ impl Restorer {
         );
         gate.admission = admission;
         gate.escrow = self.escrow.take().unwrap_or_default();
+        gate.escrow.forget_memory();
         gate.archived = self.archive;
         self.gate = Some(gate);
         let mut early = std::mem::take(&mut self.early);

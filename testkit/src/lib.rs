@@ -83,7 +83,13 @@ pub trait Simulation {
 /// The names a plan reads under its prefix: `{prefix}_SEED=n` runs seed n
 /// alone, `{prefix}_SEEDS=n` runs seeds 0..n, `{prefix}_STEPS=n` sets the
 /// steps of each.
-const NAMES: [&str; 3] = ["SEED", "SEEDS", "STEPS"];
+const NAMES: [&str; 4] = ["SEED", "SEEDS", "STEPS", "TRACE"];
+
+/// Whether `{prefix}_TRACE` asks a simulator to print every event of its
+/// run (to replay a failing seed by eye).
+pub fn trace(prefix: &str) -> bool {
+    std::env::var_os(format!("{prefix}_TRACE")).is_some()
+}
 
 /// Which seeds to run, and for how many steps each.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -137,6 +143,8 @@ impl Plan {
                 "SEED" => seed = Some(number()),
                 "SEEDS" => plan.seeds = (0..number()).collect(),
                 "STEPS" => plan.steps = number(),
+                // Read by a simulator that prints its events (`trace`).
+                "TRACE" => {}
                 _ => panic!(
                     "{name} is not a setting of this simulator; it reads {}",
                     NAMES.map(|n| format!("{prefix}_{n}")).join(", ")
