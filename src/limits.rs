@@ -10,8 +10,17 @@ pub const SESSION_TTL_S: u64 = 60 * 60;
 
 // edge/cache.rs
 
-/// How long a snapshot answers for the edge.
-pub const SNAPSHOT_FRESH_MS: u64 = 1_000;
+/// How long a snapshot answers for the edge: the lag `sold_out` promises
+/// (`SOLD_OUT_LAG_MS`, the same in the core and in the wire contract the
+/// load tool checks it by). A snapshot whose `sold_out` was proven some
+/// time before it was taken answers that much less.
+pub const SNAPSHOT_FRESH_MS: u64 = flashgate_core::escrow::limits::SOLD_OUT_LAG_MS;
+
+/// An id naming a stock shard the snapshot does not list is answered
+/// `unknown_reservation` at once from a snapshot younger than this; an
+/// older one is fetched anew first, since the shard may have been made
+/// since (by its first reserve, through another isolate).
+pub const SHARD_MISS_REFRESH_MS: u64 = 100;
 
 /// Products an isolate keeps snapshots of; the map is cleared at this
 /// size, which bounds its memory against requests for many random ids.
@@ -79,8 +88,20 @@ pub const COMMANDS_PER_BATCH_MAX: usize = 256;
 /// The longest a stock shard waits for its home object's answer to a
 /// report (`flashgate_core::escrow`). Objects of one Worker answer in
 /// milliseconds; one that does not is treated as a failed call, and the
-/// shard's next tick calls again with the same cumulative counters.
+/// shard's next report goes with the same cumulative counters.
 pub const HOME_CALL_TIMEOUT_MS: u64 = 2_000;
+/// The longest home holds a shard's ask (or its own reserves, or a
+/// snapshot) while it drains other shards; then it answers with what it
+/// knows (`Elsewhere::Unknown` for a shard that did not answer). Below
+/// `HOME_CALL_TIMEOUT_MS`, so that the shard hears the answer.
+pub const ASK_WAIT_MAX_MS: u64 = 1_200;
+/// The longest home waits for a shard's answer to one push.
+pub const PUSH_TIMEOUT_MS: u64 = 800;
+/// How often a request that waits for another's call home (or home's
+/// drains) looks again.
+pub const HOME_WAIT_POLL_MS: u64 = 2;
+const _: () = assert!(PUSH_TIMEOUT_MS < ASK_WAIT_MAX_MS);
+const _: () = assert!(ASK_WAIT_MAX_MS < HOME_CALL_TIMEOUT_MS);
 
 // object/delivery.rs
 

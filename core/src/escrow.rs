@@ -397,8 +397,7 @@ impl Pool {
             return Err(ReportRefusal::NoSuchShard);
         }
         let account = &self.shards[i];
-        if report.grants_applied > account.granted || report.returns_sent > report.grants_applied
-        {
+        if report.grants_applied > account.granted || report.returns_sent > report.grants_applied {
             return Err(ReportRefusal::BeyondGranted);
         }
         // Every refusal is above this line. From here the report applies.
@@ -511,8 +510,8 @@ impl Pool {
     /// drains are marked out). Empty when the product visibly has units,
     /// or when every proof is fresh.
     pub fn proofs_wanted(&mut self, now_ms: u64) -> Vec<u16> {
-        let looks_empty = self.unallocated() == 0
-            && self.shards[1..].iter().all(|s| s.available() == 0);
+        let looks_empty =
+            self.unallocated() == 0 && self.shards[1..].iter().all(|s| s.available() == 0);
         if !looks_empty {
             return Vec::new();
         }
@@ -985,8 +984,8 @@ impl Ledger {
             Call::Idle | Call::Out { .. } => 1,
         };
         self.call = Call::Failed { failures };
-        let backoff = (limits::REPORT_INTERVAL_MS << failures.min(8))
-            .min(limits::REPORT_BACKOFF_MAX_MS);
+        let backoff =
+            (limits::REPORT_INTERVAL_MS << failures.min(8)).min(limits::REPORT_BACKOFF_MAX_MS);
         self.next_report_at_ms = now_ms + backoff;
     }
 
@@ -1262,7 +1261,13 @@ mod tests {
              "reported_at_ms":5,"starving_until_ms":0,"calls":{"reports":7,"sync":2}}]}"#;
         let pool: Pool = serde_json::from_str(old).unwrap();
         assert_eq!(pool.rules_version, 1);
-        assert_eq!(pool.shards[1].counts, ReportCounts { reports: 7, waits: 2 });
+        assert_eq!(
+            pool.shards[1].counts,
+            ReportCounts {
+                reports: 7,
+                waits: 2
+            }
+        );
         assert_eq!(pool.unallocated(), 10 - 2 - 3);
         let old_ledger = r#"{"index":1,"count":2,"grants_applied":4,"returns_sent":1,
             "unreported":false,"asked":0,"starving_until_ms":0,"call_failed":false,"joined":true,

@@ -33,7 +33,7 @@ impl Gate {
             out.push(Change::Put(Row::Admission(self.admission.clone())));
         }
         if std::mem::take(&mut self.dirty.escrow) && self.escrow != Escrow::Single {
-            out.push(Change::Put(Row::Escrow(self.escrow.clone())));
+            out.push(Change::Put(Row::Escrow(Box::new(self.escrow.clone()))));
         }
         for key in keys {
             let row = match key {
@@ -102,7 +102,7 @@ impl Gate {
             Row::Admission(self.admission.clone()),
         ];
         if self.escrow != Escrow::Single {
-            rows.push(Row::Escrow(self.escrow.clone()));
+            rows.push(Row::Escrow(Box::new(self.escrow.clone())));
         }
         rows.extend(self.store.iter().map(|(id, _)| self.reservation_row(id)));
         rows.extend(self.outbox.iter().cloned().map(Row::Outbox));
@@ -253,6 +253,8 @@ impl Restorer {
                 }
             }
             Row::Escrow(e) => {
+                let mut e = *e;
+                e.forget_memory();
                 let twice = match &mut self.gate {
                     Some(gate) => std::mem::replace(&mut gate.escrow, e) != Escrow::Single,
                     None => self.escrow.replace(e).is_some(),
@@ -307,7 +309,6 @@ impl Restorer {
         );
         gate.admission = admission;
         gate.escrow = self.escrow.take().unwrap_or_default();
-        gate.escrow.forget_memory();
         gate.archived = self.archive;
         self.gate = Some(gate);
         let mut early = std::mem::take(&mut self.early);

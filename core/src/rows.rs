@@ -85,8 +85,9 @@ pub enum Row {
     Meta(MetaRow),
     Config(Config),
     Admission(Admission),
-    /// Home's pool or a shard's ledger (`escrow.rs`).
-    Escrow(crate::sharded::Escrow),
+    /// Home's pool or a shard's ledger (`escrow.rs`); boxed, as the
+    /// largest row by far and the rarest.
+    Escrow(Box<crate::sharded::Escrow>),
     Reservation(ReservationRow),
     Outbox(OutboxEntry),
 }

@@ -240,7 +240,7 @@ impl Sim {
         for _ in 0..rng.range(5, 60) {
             buyers.push(buyer_shard(&mut rng, shards, hot));
         }
-        let reliable = seed % 4 == 0;
+        let reliable = seed.is_multiple_of(4);
         Sim {
             hot,
             rng,
@@ -415,7 +415,12 @@ impl Sim {
                 )
             });
             self.check_answer(shard, r.buyer, &outcome);
-            self.note(|| format!("shard {shard} decides b{} x{}: {outcome:?}", r.buyer, r.quantity));
+            self.note(|| {
+                format!(
+                    "shard {shard} decides b{} x{}: {outcome:?}",
+                    r.buyer, r.quantity
+                )
+            });
             match &outcome {
                 ReserveOutcome::Reserved { reservation_id, .. } => {
                     if let Some((Mode::Paused, Some(done))) = self.mode_change {
@@ -696,9 +701,10 @@ impl Sim {
                 self.pump(i as u16);
             }
         }
-        let (late, kept): (Vec<PushOut>, Vec<PushOut>) = std::mem::take(&mut self.objects[0].shell.pushes)
-            .into_iter()
-            .partition(|p| p.deadline <= now);
+        let (late, kept): (Vec<PushOut>, Vec<PushOut>) =
+            std::mem::take(&mut self.objects[0].shell.pushes)
+                .into_iter()
+                .partition(|p| p.deadline <= now);
         self.objects[0].shell.pushes = kept;
         for p in late {
             self.on(0, |g, now| {
@@ -767,7 +773,10 @@ impl Sim {
     /// call or push out, and no report due.
     fn quiet(&self, i: usize) -> bool {
         let o = &self.objects[i];
-        !self.network.iter().any(|(_, m)| usize::from(m.shard()) == i)
+        !self
+            .network
+            .iter()
+            .any(|(_, m)| usize::from(m.shard()) == i)
             && o.shell.call.is_none()
             && !self.objects[0]
                 .shell
@@ -912,7 +921,10 @@ impl Simulation for Sim {
                             g.handle_confirm(&NoArchive, now, id, &format!("b{buyer}"), "pay")
                         )
                     } else {
-                        format!("{:?}", g.handle_cancel(&NoArchive, now, id, &format!("b{buyer}")))
+                        format!(
+                            "{:?}",
+                            g.handle_cancel(&NoArchive, now, id, &format!("b{buyer}"))
+                        )
                     }
                 });
                 let after = own_held_sold(&self.objects[i].gate);

@@ -183,8 +183,8 @@ impl EscrowFigures {
         EscrowFigures {
             shards: e.shards,
             reports: e.reports,
-            sync_calls: e.sync_calls,
-            sync_share: per(e.sync_calls),
+            sync_calls: e.waits,
+            sync_share: per(e.waits),
             transfers_per_1000_reserves: per(e.reports) * 1000.0,
             available_at_end: available,
         }

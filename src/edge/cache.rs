@@ -30,37 +30,61 @@ use crate::limits::{
     EDGE_NAMED_MAX, EDGE_PRODUCTS_MAX, REFRESH_WAIT_MAX_MS, SNAPSHOT_FRESH_MS,
     SNAPSHOT_STALE_MAX_MS,
 };
+use crate::protocol::buyer_filter::BuyerFilter;
 use crate::protocol::snapshot::{QueueSnapshot, Snapshot, Standing};
 
 impl Snapshot {
     /// A snapshot as the object sent it, its buyer filter decoded. `None`
     /// if it is not one (the edge then answers nothing from it).
-    pub fn parse(bytes: &[u8]) -> Option<Snapshot> {
-        let s: Snapshot = serde_json::from_slice(bytes).ok()?;
-        let buyers = match s.buyers {
-            Some(f) => Some(f.decode()?),
-            None => None,
-        };
-        Some(Snapshot { buyers, ..s })
+    /// A snapshot as the object sent it, asked for at `fetched_at_ms`, its
+    /// buyer filters decoded. `None` if it is not one (the edge then
+    /// answers nothing from it).
+    pub fn parse(bytes: &[u8], fetched_at_ms: u64) -> Option<Snapshot> {
+        let mut s: Snapshot = serde_json::from_slice(bytes).ok()?;
+        if let Some(sold_out) = s.sold_out.as_mut() {
+            let filters = std::mem::take(&mut sold_out.buyers);
+            sold_out.buyers = filters
+                .into_iter()
+                .map(BuyerFilter::decode)
+                .collect::<Option<Vec<_>>>()?;
+        }
+        s.fetched_at_ms = fetched_at_ms;
+        Some(s)
+    }
+
+    /// How old the snapshot's word that nothing is left is at `now_ms`:
+    /// the proof's age when it was taken, and the snapshot's own since.
+    /// `None` if it says no such thing.
+    pub fn sold_out_age(&self, now_ms: u64) -> Option<u64> {
+        let s = self.sold_out.as_ref()?;
+        Some(now_ms.saturating_sub(self.fetched_at_ms) + s.age_ms)
     }
 
     /// The edge's own answer to a reserve, if it can give one: `sold_out`
-    /// to a buyer with no units on an open, sold-out product, or
+    /// to a buyer with no units in `shard` (its own) on an open product
+    /// with nothing left anywhere, within `SOLD_OUT_LAG_MS`; or
     /// `not_admitted` to a ticket whose turn has not come.
     pub fn reserve_answer(
         &self,
         buyer: &str,
+        shard: u16,
         ticket: Option<&Ticket>,
         now_ms: u64,
     ) -> Option<Problem> {
-        if self.available == 0 && self.state == SaleState::Open {
-            if let Some(filter) = &self.buyers {
-                if !filter.may_contain(buyer) {
-                    return Some(Problem::new(
-                        ProblemCode::SoldOut,
-                        "every unit is held or sold",
-                    ));
-                }
+        if self.state == SaleState::Open
+            && self
+                .sold_out_age(now_ms)
+                .is_some_and(|age| age < SNAPSHOT_FRESH_MS)
+        {
+            let filter = self
+                .sold_out
+                .as_ref()
+                .and_then(|s| s.buyers.get(usize::from(shard)));
+            if filter.is_some_and(|f| !f.may_contain(buyer)) {
+                return Some(Problem::new(
+                    ProblemCode::SoldOut,
+                    "no unit is available anywhere: every unit is held or sold",
+                ));
             }
         }
         if let (Some(q), Some(t)) = (&self.queue, ticket) {
@@ -208,6 +232,10 @@ pub struct EdgeCache {
     /// Snapshot fetches in flight: product id -> when it started. One per
     /// product per isolate at a time; the others wait for it (`lookup`).
     syncing: HashMap<String, u64>,
+    /// Per product, the stock shards this isolate sent a reserve to, a bit
+    /// each: such a shard exists (its first reserve made it) even before a
+    /// snapshot says so.
+    routed: HashMap<String, u64>,
 }
 
 /// What a request that needs a product's snapshot does next.
@@ -279,11 +307,13 @@ impl EdgeCache {
         report: Arrivals,
         now_ms: u64,
     ) {
+        // Dated from when it was asked for: it says what was true then.
+        let _ = now_ms;
         match known {
             Some(known) => self.insert(
                 product_id,
                 Entry {
-                    fetched_at_ms: now_ms,
+                    fetched_at_ms: started_ms,
                     known,
                 },
             ),
@@ -294,11 +324,20 @@ impl EdgeCache {
         }
     }
 
-    /// The snapshot of `product_id`, if it is fresh.
+    /// The snapshot of `product_id`, if it is fresh: younger than
+    /// `SNAPSHOT_FRESH_MS`, or, when it says nothing is left, while that
+    /// word is (so that the crowd after a sell-out fetches a new one
+    /// rather than reach the shards).
     pub fn fresh(&self, product_id: &str, now_ms: u64) -> Option<&Entry> {
-        self.entries
-            .get(product_id)
-            .filter(|e| now_ms.saturating_sub(e.fetched_at_ms) < SNAPSHOT_FRESH_MS)
+        self.entries.get(product_id).filter(|e| {
+            let proof_age = match &e.known {
+                Known::Product { snapshot, .. } => {
+                    snapshot.sold_out.as_ref().map_or(0, |s| s.age_ms)
+                }
+                Known::Unknown => 0,
+            };
+            now_ms.saturating_sub(e.fetched_at_ms) + proof_age < SNAPSHOT_FRESH_MS
+        })
     }
 
     /// The snapshot of `product_id` if it is at most `SNAPSHOT_STALE_MAX_MS`
@@ -337,6 +376,22 @@ impl EdgeCache {
             }
         }
         self.entries.insert(product_id.to_string(), entry);
+    }
+
+    /// A reserve went to stock shard `index` of `product_id`.
+    pub fn routed(&mut self, product_id: &str, index: u16) {
+        if index == 0 || index >= 64 {
+            return;
+        }
+        if self.routed.len() >= EDGE_PRODUCTS_MAX && !self.routed.contains_key(product_id) {
+            self.routed.clear();
+        }
+        *self.routed.entry(product_id.to_string()).or_default() |= 1 << index;
+    }
+
+    /// The stock shards this isolate sent reserves to, a bit each.
+    pub fn routed_to(&self, product_id: &str) -> u64 {
+        self.routed.get(product_id).copied().unwrap_or(0)
     }
 
     /// Counts a ticket issued here, for the next report.
@@ -431,7 +486,7 @@ impl EdgeCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::buyer_filter::BuyerFilter;
+    use crate::protocol::snapshot::SoldOut;
     use flashgate_core::{Admission, Rules, Uptake, Verdict};
     use serde_json::json;
 
@@ -445,8 +500,13 @@ mod tests {
             held: 0,
             state: SaleState::Open,
             queue,
-            buyers: (available == 0).then(|| BuyerFilter::build(buyers.iter().copied())),
+            sold_out: (available == 0).then(|| SoldOut {
+                age_ms: 0,
+                buyers: vec![BuyerFilter::build(buyers.iter().copied())],
+            }),
             shards: 1,
+            existing: 1,
+            fetched_at_ms: OPEN,
         }
     }
 
@@ -466,24 +526,76 @@ mod tests {
     fn sold_out_is_answered_at_the_edge_except_for_buyers_with_units() {
         let s = snapshot(0, &["alice"], None);
         // Through JSON, as it travels.
-        let s = Snapshot::parse(&serde_json::to_vec(&s).unwrap()).unwrap();
-        let p = s.reserve_answer("mallory", None, OPEN).expect("answered");
+        let s = Snapshot::parse(&serde_json::to_vec(&s).unwrap(), OPEN).unwrap();
+        let p = s
+            .reserve_answer("mallory", 0, None, OPEN)
+            .expect("answered");
         assert_eq!(p.code, ProblemCode::SoldOut);
         assert!(
-            s.reserve_answer("alice", None, OPEN).is_none(),
+            s.reserve_answer("alice", 0, None, OPEN).is_none(),
             "a replay must reach the object"
         );
         assert!(snapshot(3, &[], None)
-            .reserve_answer("mallory", None, OPEN)
+            .reserve_answer("mallory", 0, None, OPEN)
             .is_none());
         let closed = Snapshot {
             state: SaleState::Closed,
             ..snapshot(0, &[], None)
         };
         assert!(
-            closed.reserve_answer("mallory", None, OPEN).is_none(),
+            closed.reserve_answer("mallory", 0, None, OPEN).is_none(),
             "the object says closed"
         );
+        // Only within the lag: a snapshot as old as it is no answer.
+        let late = OPEN + SNAPSHOT_FRESH_MS;
+        assert!(s.reserve_answer("mallory", 0, None, late - 1).is_some());
+        assert!(s.reserve_answer("mallory", 0, None, late).is_none());
+    }
+
+    #[test]
+    fn over_k_shards_each_buyer_is_looked_up_in_its_own_shards_filter_within_the_proofs_age() {
+        let proof_age = 300;
+        let s = Snapshot {
+            sold_out: Some(SoldOut {
+                age_ms: proof_age,
+                buyers: vec![
+                    BuyerFilter::build(["at-home"].into_iter()),
+                    BuyerFilter::build(["at-one"].into_iter()),
+                    BuyerFilter::build(std::iter::empty()),
+                ],
+            }),
+            shards: 3,
+            existing: 0b011,
+            ..snapshot(0, &[], None)
+        };
+        let s = Snapshot::parse(&serde_json::to_vec(&s).unwrap(), OPEN).unwrap();
+        assert!(
+            s.reserve_answer("at-one", 1, None, OPEN).is_none(),
+            "its shard's replay"
+        );
+        assert!(s.reserve_answer("at-home", 0, None, OPEN).is_none());
+        // Filters are per shard: a buyer is looked up in its own only.
+        assert!(s.reserve_answer("at-one", 2, None, OPEN).is_some());
+        assert!(s.reserve_answer("anyone", 1, None, OPEN).is_some());
+        // The proof's age counts against the lag.
+        let last = OPEN + SNAPSHOT_FRESH_MS - proof_age - 1;
+        assert!(s.reserve_answer("anyone", 1, None, last).is_some());
+        assert!(s.reserve_answer("anyone", 1, None, last + 1).is_none());
+        // And so does the cache's freshness: such a snapshot is fetched
+        // anew sooner.
+        let mut c = EdgeCache::default();
+        c.insert(
+            "p",
+            Entry {
+                fetched_at_ms: OPEN,
+                known: Known::Product {
+                    snapshot: Rc::new(s),
+                    body: Rc::new(Vec::new()),
+                },
+            },
+        );
+        assert!(c.fresh("p", last).is_some());
+        assert!(c.fresh("p", last + 1).is_none());
     }
 
     #[test]
@@ -559,11 +671,11 @@ mod tests {
         assert_eq!(counted, alone + 5, "{alone} {counted}");
         assert_eq!(last.eta_s, Some(last.position.div_ceil(10)));
         let p = s
-            .reserve_answer("x", Some(&tickets[99]), OPEN + 500)
+            .reserve_answer("x", 0, Some(&tickets[99]), OPEN + 500)
             .unwrap();
         assert_eq!(p.code, ProblemCode::NotAdmitted);
         assert!(s
-            .reserve_answer("x", Some(&tickets[0]), OPEN + 500)
+            .reserve_answer("x", 0, Some(&tickets[0]), OPEN + 500)
             .is_none());
     }
 

@@ -15,7 +15,7 @@
 //!   they always were.
 
 use crate::ids::{split, ShardKey};
-use crate::protocol::{shard_object, Command};
+use crate::protocol::{shard_object, Command, ShardAt, ShardOp};
 
 /// Where a command goes: the object's name and what to send it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,85 +24,91 @@ pub struct Target {
     pub command: Command,
 }
 
+/// The stock shard `cmd` goes to, of a product of `shards`: a reserve's
+/// buyer's, an id's own; 0 (home) for everything else.
+pub fn shard_of(cmd: &Command, shards: u16, key: &ShardKey) -> u16 {
+    if shards <= 1 {
+        return 0;
+    }
+    match cmd {
+        Command::Reserve {
+            product_id, buyer, ..
+        } => key.shard_of(product_id, buyer, shards),
+        Command::GetReservation { reservation_id, .. }
+        | Command::Confirm { reservation_id, .. }
+        | Command::Cancel { reservation_id, .. }
+        | Command::Void { reservation_id, .. } => split(*reservation_id, shards).0,
+        _ => 0,
+    }
+}
+
+/// Whether stock shard `index` exists, by the snapshot's bits
+/// (`Snapshot::existing`): an id naming one that does not names nothing.
+pub fn exists(existing: u64, index: u16) -> bool {
+    index == 0 || (index < 64 && existing & (1 << index) != 0)
+}
+
 /// The object and command for `cmd` of a product of `shards` stock shards.
 pub fn target(cmd: Command, shards: u16, key: &ShardKey) -> Target {
     let product_id = cmd.product_id().to_string();
-    if shards <= 1 {
-        return Target {
-            object: product_id,
-            command: cmd,
-        };
+    let index = shard_of(&cmd, shards, key);
+    // Ids carry their shard; the shard knows its own (`IdCodec::on_shard`).
+    let local = |id: u64| split(id, shards).1;
+    if let Some(at) = ShardAt::new(index, shards) {
+        if let Some(operation) = ShardOp::of(cmd.clone(), local) {
+            return Target {
+                object: shard_object(&product_id, index),
+                command: Command::Shard {
+                    product_id,
+                    at,
+                    operation,
+                },
+            };
+        }
     }
-    let (index, cmd) = match cmd {
-        Command::Reserve { ref buyer, .. } => (key.shard_of(&product_id, buyer, shards), cmd),
+    // Home's own (shard 0), with its local id when the product is sharded.
+    let command = match cmd {
         Command::GetReservation {
             product_id,
             buyer,
             reservation_id,
-        } => {
-            let (index, local) = split(reservation_id, shards);
-            let cmd = Command::GetReservation {
-                product_id,
-                buyer,
-                reservation_id: local,
-            };
-            (index, cmd)
-        }
+        } if shards > 1 => Command::GetReservation {
+            product_id,
+            buyer,
+            reservation_id: local(reservation_id),
+        },
         Command::Confirm {
             product_id,
             buyer,
             reservation_id,
             payment_ref,
-        } => {
-            let (index, local) = split(reservation_id, shards);
-            let cmd = Command::Confirm {
-                product_id,
-                buyer,
-                reservation_id: local,
-                payment_ref,
-            };
-            (index, cmd)
-        }
+        } if shards > 1 => Command::Confirm {
+            product_id,
+            buyer,
+            reservation_id: local(reservation_id),
+            payment_ref,
+        },
         Command::Cancel {
             product_id,
             buyer,
             reservation_id,
-        } => {
-            let (index, local) = split(reservation_id, shards);
-            let cmd = Command::Cancel {
-                product_id,
-                buyer,
-                reservation_id: local,
-            };
-            (index, cmd)
-        }
+        } if shards > 1 => Command::Cancel {
+            product_id,
+            buyer,
+            reservation_id: local(reservation_id),
+        },
         Command::Void {
             product_id,
             reservation_id,
-        } => {
-            let (index, local) = split(reservation_id, shards);
-            let cmd = Command::Void {
-                product_id,
-                reservation_id: local,
-            };
-            (index, cmd)
-        }
-        // Everything else is the product's, kept by its home.
-        other => (0, other),
-    };
-    if index == 0 {
-        return Target {
-            object: product_id,
-            command: cmd,
-        };
-    }
-    Target {
-        object: shard_object(&product_id, index),
-        command: Command::OnShard {
-            index,
-            count: shards,
-            command: Box::new(cmd),
+        } if shards > 1 => Command::Void {
+            product_id,
+            reservation_id: local(reservation_id),
         },
+        other => other,
+    };
+    Target {
+        object: product_id,
+        command,
     }
 }
 
@@ -205,12 +211,16 @@ mod tests {
                 assert_eq!(t.object, format!("p1#{index}"));
                 assert_eq!(
                     t.command,
-                    Command::OnShard {
-                        index,
-                        count: 8,
-                        command: Box::new(bare)
+                    Command::Shard {
+                        product_id: "p1".into(),
+                        at: ShardAt::new(index, 8).unwrap(),
+                        operation: ShardOp::Cancel {
+                            buyer: "b".into(),
+                            reservation_id: local,
+                        },
                     }
                 );
+                assert!(exists(1 | 1 << index, index) && !exists(1, index));
             }
         }
     }

@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::http::time::rfc3339;
 use crate::ids::IdCodec;
 use crate::protocol::buyer_filter::BuyerFilter;
-use crate::protocol::snapshot::{PowNow, QueueSnapshot, Snapshot};
+use crate::protocol::snapshot::{PowNow, QueueSnapshot, Snapshot, SoldOut};
 
 /// What the object's shell has done since it loaded: how forwarding the
 /// outbox is going, and how many snapshots it gave the edge. Kept by the
@@ -48,7 +48,12 @@ fn to_value(v: impl Serialize) -> Value {
 }
 
 /// The snapshot the object gives the edge (`protocol::snapshot::Snapshot`).
-pub fn snapshot(g: &Gate, product_id: &str, now_ms: u64) -> Value {
+pub fn snapshot(
+    g: &Gate,
+    product_id: &str,
+    now_ms: u64,
+    shard_buyers: &[Option<BuyerFilter>],
+) -> Value {
     let s = g.stats(now_ms);
     let c = g.config();
     let queue = (c.admit_per_s > 0).then(|| QueueSnapshot {
@@ -63,10 +68,22 @@ pub fn snapshot(g: &Gate, product_id: &str, now_ms: u64) -> Value {
             infinite_queue: c.pow.infinite_queue,
         }),
     });
-    // The buyers' filter is only needed, and only built, when nothing is
-    // left: it is what lets the edge answer sold_out for everyone else.
-    let buyers =
-        (s.available == 0 && g.shards() == 1).then(|| BuyerFilter::from_bloom(g.buyers_filter()));
+    // The buyers' filters are only needed, and only built, when nothing is
+    // left anywhere: they are what lets the edge answer sold_out for
+    // everyone else. Over K shards home has each shard's from its last
+    // drain; without one (home restarted since), no answer at the edge.
+    let sold_out = g.sold_out_age(now_ms).and_then(|age_ms| {
+        let existing = g.existing_shards();
+        let mut buyers = vec![BuyerFilter::from_bloom(g.buyers_filter())];
+        for i in 1..usize::from(g.shards()) {
+            buyers.push(if existing & (1 << i) == 0 {
+                BuyerFilter::build(std::iter::empty())
+            } else {
+                shard_buyers.get(i)?.clone()?
+            });
+        }
+        Some(SoldOut { age_ms, buyers })
+    });
     to_value(Snapshot {
         at_ms: now_ms,
         product: product(g, product_id, now_ms),
@@ -74,8 +91,10 @@ pub fn snapshot(g: &Gate, product_id: &str, now_ms: u64) -> Value {
         held: s.held,
         state: sale_state(s.phase),
         queue,
-        buyers,
+        sold_out,
         shards: g.shards(),
+        existing: g.existing_shards(),
+        fetched_at_ms: 0,
     })
 }
 
@@ -363,7 +382,7 @@ pub fn stats(product_id: &str, s: &Stats, admit_per_s: u32, delivery: &ShellStat
                 shards: e.shards,
                 unallocated: e.unallocated,
                 reports: e.reports,
-                sync_calls: e.sync_calls,
+                waits: e.waits,
                 per_shard: e
                     .per_shard
                     .iter()

@@ -21,9 +21,10 @@
 
 use std::cell::RefCell;
 
-use flashgate_core::escrow::{ShardReply, ShardReport};
+use flashgate_core::escrow::{HomePush, ReportRefusal, ShardReply, ShardReport};
 use flashgate_core::{
-    AckOutcome, Archive, Change, Gate, LotteryKey, ReservationId, ReservationRow, Restorer, Row,
+    AckOutcome, Archive, Change, Gate, HomeStep, LotteryKey, ReservationId, ReservationRow,
+    Restorer, Row,
 };
 use flashgate_wire::{Batch, BatchResult};
 
@@ -33,7 +34,8 @@ use crate::limits::COMMANDS_PER_BATCH_MAX;
 use crate::object::delivery::{self, DeliveryError};
 use crate::object::live::LiveState;
 use crate::object::service::{self, Product};
-use crate::protocol::Command;
+use crate::protocol::buyer_filter::BuyerFilter;
+use crate::protocol::{Command, ShardAnswer, ShardAt, ShardOp};
 
 /// Why storage failed. The shell logs it; the client gets a 5xx.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -379,72 +381,69 @@ impl ProductObject {
         Ok(reply)
     }
 
-    /// Units the reserves of `cmds` need, if they are for a stock shard that
-    /// must call home before it can decide them: one it has not heard from
-    /// home yet (or that does not exist yet), or one with too few units
-    /// while home may have more. One call serves the batch.
+    /// Units the reserves of `cmds` need in all, if they are for a stock
+    /// shard that must call home before it can decide them: one that does
+    /// not exist yet, whose rules lapsed, whose copy of the waiting room
+    /// would refuse a ticket, or with too few units and no fresh word from
+    /// home that none is left elsewhere. One call serves the batch.
     pub fn home_call_needed<'c>(
         &self,
         cmds: impl IntoIterator<Item = &'c Command>,
         now_ms: u64,
-    ) -> Option<(u64, Command)> {
-        let mut needed = 0u64;
-        let mut first = None;
+    ) -> Option<u64> {
+        let mut need = 0u64;
+        let mut any = false;
         let mut stale_room = false;
         for cmd in cmds {
-            if let Command::OnShard { command, .. } = cmd {
-                if let Command::Reserve {
-                    quantity, ticket, ..
-                } = command.as_ref()
-                {
-                    needed += u64::from(*quantity);
-                    first.get_or_insert(cmd);
-                    if let (Some(p), Some(t)) = (&self.product, ticket) {
-                        stale_room |= p.gate.room_copy_refuses(now_ms, t);
-                    }
+            if let Command::Shard {
+                operation: op @ ShardOp::Reserve { ticket, .. },
+                ..
+            } = cmd
+            {
+                any = true;
+                need += op.units();
+                if let (Some(p), Some(t)) = (&self.product, ticket) {
+                    stale_room |= p.gate.room_copy_refuses(now_ms, t);
                 }
             }
         }
-        let first = first?.clone();
+        if !any {
+            return None;
+        }
         match &self.product {
-            None => Some((needed, first)),
-            Some(p) => {
-                (stale_room || p.gate.must_call_home(now_ms, needed)).then_some((needed, first))
-            }
+            None => Some(need),
+            Some(p) => (stale_room || p.gate.must_call_home(now_ms, need)).then_some(need),
         }
     }
 
     /// The report a stock shard sends home now, with the product id (home's
-    /// object name), for `needed` units (0: its tick). A shard that does
-    /// not exist yet is created from `first`, the command that needs it
-    /// (`Command::OnShard`). Whatever the report debits (a surplus given
-    /// back) is written before it is returned, so a report never claims a
-    /// return storage does not hold.
+    /// object name): an ask for `need` units (0: a background report, if
+    /// one is due). A shard that does not exist yet is created from
+    /// `first`, the reserve that needs it. Whatever the report debits (a
+    /// surplus given back) is written before it is returned, so a report
+    /// never claims a return storage does not hold.
     pub fn report_home(
         &mut self,
         store: &mut impl Storage,
         now_ms: u64,
         first: Option<&Command>,
-        needed: u64,
+        need: u64,
     ) -> Result<Option<(String, ShardReport)>, StorageError> {
         let result = store.atomically(|s| {
             self.ensure_loaded(s)?;
             let mut created = false;
             if self.product.is_none() {
-                let Some(Command::OnShard {
-                    index,
-                    count,
-                    command,
+                let Some(Command::Shard {
+                    product_id,
+                    at,
+                    operation: ShardOp::Reserve { .. },
                 }) = first
                 else {
                     return Ok(None);
                 };
-                if *index == 0 || *index >= *count {
-                    return Ok(None);
-                }
                 self.product = Some(Product::new(
-                    command.product_id().to_string(),
-                    Gate::shard(*index, *count),
+                    product_id.clone(),
+                    Gate::shard(at.index(), at.count()),
                     &self.id_secret,
                 ));
                 created = true;
@@ -452,7 +451,7 @@ impl ProductObject {
             let Some(p) = self.product.as_mut() else {
                 return Ok(None);
             };
-            let report = p.gate.poll_report(now_ms, needed);
+            let report = p.gate.poll_report(now_ms, need);
             let home = p.id.clone();
             self.persist(s, created)?;
             Ok(report.map(|r| (home, r)))
@@ -464,32 +463,182 @@ impl ProductObject {
     }
 
     /// Home's answer to a report (or why there was none), written at once.
-    /// Returns whether the shard must report again now (it gave units back
-    /// that home asked for).
     pub fn handle_home_reply(
         &mut self,
         store: &mut impl Storage,
         now_ms: u64,
         reply: Result<ShardReply, String>,
-    ) -> Result<bool, StorageError> {
+    ) -> Result<(), StorageError> {
         if self.poisoned {
-            return Ok(false);
+            return Ok(());
         }
         let Some(p) = self.product.as_mut() else {
-            return Ok(false);
+            return Ok(());
         };
-        let again = match reply {
-            Ok(reply) => p.gate.handle_shard_reply(now_ms, &reply),
-            Err(_) => {
-                p.gate.handle_call_failed();
-                false
-            }
-        };
+        match reply {
+            Ok(reply) => p.gate.handle_shard_reply(&reply),
+            Err(_) => p.gate.handle_call_failed(now_ms),
+        }
         let written = store.atomically(|s| self.persist(s, false));
         if written.is_err() {
             self.poisoned = true;
         }
-        written.map(|()| again)
+        written
+    }
+
+    /// A stock shard answers home's push at once (never behind its own
+    /// call home, which may be waiting for home): the rules and the grant
+    /// taken, a drain's units given back and written, and its report, with
+    /// the buyers whose replays must reach it when it has no unit left.
+    /// `None` if this object holds no product: home pushes only to shards
+    /// that exist, so this is a stale message, and nothing is made.
+    pub fn answer_push(
+        &mut self,
+        store: &mut impl Storage,
+        now_ms: u64,
+        push: &HomePush,
+    ) -> Result<Option<ShardAnswer>, StorageError> {
+        let result = store.atomically(|s| {
+            self.ensure_loaded(s)?;
+            let Some(p) = self.product.as_mut() else {
+                return Ok(None);
+            };
+            let Some(report) = p.gate.handle_push(now_ms, push) else {
+                return Ok(None);
+            };
+            let buyers = (report.levels.available == 0)
+                .then(|| BuyerFilter::from_bloom(p.gate.buyers_filter()));
+            self.persist(s, false)?;
+            Ok(Some(ShardAnswer { report, buyers }))
+        });
+        if result.is_err() {
+            self.poisoned = true;
+        }
+        result
+    }
+
+    /// Home takes a shard's report and decides what to do with its ask
+    /// (`Gate::handle_shard_report`), written at once. The shell hands the
+    /// same report in again after the drains it is asked to send; with
+    /// `give_up`, home answers with what it knows.
+    pub fn answer_report(
+        &mut self,
+        store: &mut impl Storage,
+        now_ms: u64,
+        report: &ShardReport,
+        give_up: bool,
+    ) -> Result<Result<HomeStep, ReportRefusal>, StorageError> {
+        let result = store.atomically(|s| {
+            self.ensure_loaded(s)?;
+            let Some(p) = self.product.as_mut() else {
+                return Ok(Err(ReportRefusal::NoSuchShard));
+            };
+            let step = p.gate.handle_shard_report(now_ms, report, give_up);
+            self.persist(s, false)?;
+            Ok(step)
+        });
+        if result.is_err() {
+            self.poisoned = true;
+        }
+        result
+    }
+
+    /// The push for stock shard `index` now, and the shard's address.
+    pub fn push_for(&self, index: u16, drain: bool) -> Option<(String, ShardAt, HomePush)> {
+        let p = self.product.as_ref()?;
+        let at = ShardAt::new(index, p.gate.shards())?;
+        Some((p.id.clone(), at, p.gate.push_for(index, drain)?))
+    }
+
+    /// Shard `index`'s answer to a push sent at `sent_at_ms` (`None`: none
+    /// came in time), written at once; its buyers kept for the snapshot.
+    pub fn handle_push_answer(
+        &mut self,
+        store: &mut impl Storage,
+        now_ms: u64,
+        index: u16,
+        sent_at_ms: u64,
+        drain: bool,
+        answer: Option<ShardAnswer>,
+    ) -> Result<(), StorageError> {
+        if self.poisoned {
+            return Ok(());
+        }
+        let Some(p) = self.product.as_mut() else {
+            return Ok(());
+        };
+        let applied = p.gate.handle_push_answer(
+            now_ms,
+            index,
+            sent_at_ms,
+            drain,
+            answer.as_ref().map(|a| &a.report),
+        );
+        if applied.is_err() {
+            // A shard's answer home refuses is a bug signal; it changed
+            // nothing.
+            return Ok(());
+        }
+        if let Some(buyers) = answer.and_then(|a| a.buyers) {
+            if let Some(slot) = p.shard_buyers.get_mut(usize::from(index)) {
+                *slot = Some(buyers);
+            }
+        }
+        let written = store.atomically(|s| self.persist(s, false));
+        if written.is_err() {
+            self.poisoned = true;
+        }
+        written
+    }
+
+    /// At home, the shards to drain before the batch `cmds` is decided:
+    /// for its reserves when `U` cannot cover them, and for a snapshot when
+    /// the product looks sold out and its proofs are old. `Some(empty)`:
+    /// decide now; `None`: drains this needs are out, look again shortly.
+    /// With `give_up` the reserves are decided on what is known.
+    pub fn drains_needed<'c>(
+        &mut self,
+        cmds: impl IntoIterator<Item = &'c Command> + Clone,
+        now_ms: u64,
+        give_up: bool,
+    ) -> Option<Vec<u16>> {
+        let Some(p) = self.product.as_mut() else {
+            return Some(Vec::new());
+        };
+        if p.gate.shards() < 2 || p.gate.shard_index() > 0 || self.poisoned {
+            return Some(Vec::new());
+        }
+        let need: u64 = cmds
+            .clone()
+            .into_iter()
+            .map(|c| match c {
+                Command::Reserve { quantity, .. } => u64::from(*quantity),
+                _ => 0,
+            })
+            .sum();
+        let mut drains = if need > 0 {
+            p.gate.poll_drains(now_ms, need, give_up)?
+        } else {
+            Vec::new()
+        };
+        if !give_up && cmds.into_iter().any(|c| matches!(c, Command::Sync { .. })) {
+            drains.extend(p.gate.poll_proofs(now_ms));
+        }
+        drains.sort_unstable();
+        drains.dedup();
+        Some(drains)
+    }
+
+    /// At home, the shards that have not taken the current rules.
+    pub fn rules_behind(&self) -> Vec<u16> {
+        self.product
+            .as_ref()
+            .map_or_else(Vec::new, |p| p.gate.rules_behind())
+    }
+
+    /// At home, when the current rules bind every shard (`None`: now).
+    pub fn rules_bind_at(&self, now_ms: u64) -> Option<u64> {
+        self.product.as_ref()?.gate.rules_bind_at(now_ms)
     }
 
     /// The alarm fired: expire what is due and write it. Returns how many

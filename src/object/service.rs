@@ -5,9 +5,7 @@
 //! `now_ms`, then writes the gate's changes and sends the reply. That keeps
 //! the mapping from outcomes to status codes testable natively.
 
-use flashgate_core::{
-    escrow, AdminRefusal, Archive, CancelOutcome, ConfirmOutcome, Gate, ReserveOutcome,
-};
+use flashgate_core::{AdminRefusal, Archive, CancelOutcome, ConfirmOutcome, Gate, ReserveOutcome};
 
 use crate::http::codes::{self, ProblemCode};
 use crate::http::problem::Problem;
@@ -15,7 +13,8 @@ use crate::http::reply::Reply;
 use crate::http::time::rfc3339;
 use crate::http::views::{self, ShellStatus};
 use crate::ids::IdCodec;
-use crate::protocol::Command;
+use crate::protocol::buyer_filter::BuyerFilter;
+use crate::protocol::{Command, ShardOp};
 
 /// The product an object holds: its id, its gate, and the codec of its
 /// reservation ids, which exist together or not at all.
@@ -23,16 +22,26 @@ pub struct Product {
     pub id: String,
     pub gate: Gate,
     pub ids: IdCodec,
+    /// At home, per shard, the buyers its last drain's answer named: what
+    /// the snapshot's `sold_out` carries for the edge. Memory only: after a
+    /// restart home drains again before it says the product is sold out.
+    pub shard_buyers: Vec<Option<BuyerFilter>>,
 }
 
 impl Product {
     /// `id` is the product's, also for a stock shard, whose codec writes
     /// ids that name it (`IdCodec::on_shard`).
     pub fn new(id: String, gate: Gate, id_secret: &[u8]) -> Product {
+        let homes_shards = if gate.shard_index() == 0 {
+            usize::from(gate.shards())
+        } else {
+            0
+        };
         Product {
             ids: IdCodec::new(id_secret, &id).on_shard(gate.shard_index(), gate.shards()),
             id,
             gate,
+            shard_buyers: vec![None; homes_shards],
         }
     }
 }
@@ -47,41 +56,26 @@ pub fn execute(
     id_secret: &[u8],
     archive: &dyn Archive,
 ) -> Reply {
-    // A stock shard's command: the shard's first reserve creates it; any
-    // other command for a shard that never took one names nothing.
+    // A stock shard's operation. The shard was made by its first reserve's
+    // call home (`ProductObject::report_home`); one that does not exist
+    // holds no reservation, and is not made here.
+    let shard_cmd;
     let cmd = match cmd {
-        Command::OnShard {
-            index,
-            count,
-            command,
+        Command::Shard {
+            product_id,
+            operation,
+            ..
         } => {
             if product.is_none() {
-                if *index == 0 || *index >= *count || *count > escrow::limits::SHARDS_MAX {
-                    return Problem::internal().into();
-                }
-                match **command {
-                    Command::Reserve { .. } => {}
-                    Command::Void { .. } => {
-                        return admin_problem(AdminRefusal::UnknownReservation).into()
-                    }
-                    _ => return Problem::unknown_reservation().into(),
-                }
-                let gate = Gate::shard(*index, *count);
-                *product = Some(Product::new(
-                    command.product_id().to_string(),
-                    gate,
-                    id_secret,
-                ));
+                return match operation {
+                    // Its call home failed: nothing can be decided.
+                    ShardOp::Reserve { .. } => Problem::unavailable(0.5).into(),
+                    ShardOp::Void { .. } => admin_problem(AdminRefusal::UnknownReservation).into(),
+                    _ => Problem::unknown_reservation().into(),
+                };
             }
-            // A shard that has not heard from home knows no rules yet (its
-            // shell calls home before such a batch; the call failed).
-            if product
-                .as_ref()
-                .is_some_and(|p| p.gate.must_call_home(now_ms, 0))
-            {
-                return Problem::unavailable(0.5).into();
-            }
-            command.as_ref()
+            shard_cmd = operation.command(product_id);
+            &shard_cmd
         }
         cmd => cmd,
     };
@@ -102,7 +96,8 @@ pub fn execute(
         }
         (None, cmd) => return Problem::unknown_product(cmd.product_id()).into(),
     };
-    let (id, g, ids) = (p.id.as_str(), &mut p.gate, &p.ids);
+    let (id, ids) = (p.id.as_str(), &p.ids);
+    let g = &mut p.gate;
     match cmd {
         // A watch is accepted by the shell, which reads the object's
         // `live_state` instead; run as a command it is a product read.
@@ -159,22 +154,18 @@ pub fn execute(
         ),
         Command::Sync { arrivals, .. } => {
             g.handle_arrivals(now_ms, arrivals);
-            Reply::ok(200, views::snapshot(g, id, now_ms))
+            Reply::ok(200, views::snapshot(g, id, now_ms, &p.shard_buyers))
         }
         Command::Void { reservation_id, .. } => match g.void(archive, now_ms, *reservation_id) {
             Ok(v) => Reply::ok(200, views::voided(ids, &v)),
             Err(refusal) => admin_problem(refusal).into(),
         },
-        Command::ShardReport { report, .. } => match g.handle_shard_report(now_ms, report) {
-            Ok(reply) => Reply::ok(200, serde_json::to_value(reply).unwrap_or_default()),
-            Err(refusal) => Problem::new(
-                ProblemCode::Internal,
-                format!("home refused a shard's report: {refusal:?}"),
-            )
-            .into(),
-        },
-        // Unwrapped above; a shard's command inside another is not sent.
-        Command::OnShard { .. } => Problem::internal().into(),
+        // The shell answers these itself, outside any batch
+        // (`ProductObject::answer_report`, `answer_push`); a shard's
+        // operation was unwrapped above.
+        Command::Report { .. } | Command::Push { .. } | Command::Shard { .. } => {
+            Problem::internal().into()
+        }
     }
 }
 
@@ -259,6 +250,10 @@ fn reserve_reply(ids: &IdCodec, outcome: ReserveOutcome) -> Reply {
             code,
             ..Problem::not_admitted(position, None)
         },
+        ReserveOutcome::Unavailable { retry_after_ms } => problem(
+            "too few units here, and whether any is left elsewhere could not be told in time; retry (it is safe with the same Idempotency-Key)".into(),
+        )
+        .retry_after_ms(retry_after_ms),
     };
     p.into()
 }
@@ -347,6 +342,10 @@ fn admin_problem(refusal: AdminRefusal) -> Problem {
         AdminRefusal::ShardsFixed => Problem::new(
             code,
             "a product's shards are set when it is created and cannot change",
+        ),
+        AdminRefusal::NotHome => Problem::new(
+            code,
+            "a stock shard takes no admin's change: the product's home does",
         ),
     }
 }

@@ -8,7 +8,7 @@ pub mod buyer_filter;
 pub mod snapshot;
 
 use crate::limits::COMMAND_HEADER_BYTES_MAX;
-use flashgate_core::escrow::ShardReport;
+use flashgate_core::escrow::{limits::SHARDS_MAX, HomePush, ShardReport};
 use flashgate_core::{Arrivals, ConfigPatch, Ticket};
 use flashgate_wire::SaleState;
 use serde::{Deserialize, Serialize};
@@ -80,21 +80,213 @@ pub enum Command {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         client: Option<String>,
     },
-    /// A buyer's command (or an admin's void) for stock shard `index` of
-    /// `count` (≥ 1; shard 0 is the product's own object, which takes the
-    /// command bare), sent to the shard's object (`shard_object`). A shard
-    /// that does not exist yet is created by its first reserve.
-    OnShard {
-        index: u16,
-        count: u16,
-        command: Box<Command>,
+    /// A buyer's command (or an admin's void) for stock shard `at`, sent
+    /// to the shard's object (`shard_object`). Only what a shard does can
+    /// be said here; the product's own object (shard 0) takes the bare
+    /// command. A shard that does not exist yet is created by its first
+    /// reserve.
+    Shard {
+        product_id: String,
+        at: ShardAt,
+        operation: ShardOp,
     },
     /// A stock shard's report to its product's home object, which answers
     /// with a `flashgate_core::escrow::ShardReply`. Only an object sends it.
-    ShardReport {
+    #[serde(alias = "shard_report")]
+    Report {
         product_id: String,
         report: ShardReport,
     },
+    /// Home's push to its stock shard `at` (rules, a drain), which answers
+    /// with a `ShardAnswer`. Only an object sends it.
+    Push {
+        product_id: String,
+        at: ShardAt,
+        push: HomePush,
+    },
+}
+
+/// Stock shard `index` of `count`: 1 ≤ index < count ≤ `SHARDS_MAX`,
+/// checked here and nowhere else (shard 0 is the product's own object).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ShardAt {
+    index: u16,
+    count: u16,
+}
+
+impl ShardAt {
+    pub fn new(index: u16, count: u16) -> Option<ShardAt> {
+        (index >= 1 && index < count && count <= SHARDS_MAX).then_some(ShardAt { index, count })
+    }
+
+    pub fn index(self) -> u16 {
+        self.index
+    }
+
+    pub fn count(self) -> u16 {
+        self.count
+    }
+}
+
+impl<'de> Deserialize<'de> for ShardAt {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ShardAt, D::Error> {
+        #[derive(Deserialize)]
+        struct Raw {
+            index: u16,
+            count: u16,
+        }
+        let raw = Raw::deserialize(d)?;
+        ShardAt::new(raw.index, raw.count)
+            .ok_or_else(|| serde::de::Error::custom("not a stock shard of the product"))
+    }
+}
+
+/// What a stock shard does: a buyer's reserve, read, confirm and cancel,
+/// and the admin's void of an order it sold. Nothing else reaches a shard.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ShardOp {
+    Reserve {
+        buyer: String,
+        idem_key: String,
+        quantity: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ticket: Option<Ticket>,
+    },
+    Read {
+        buyer: String,
+        reservation_id: u64,
+    },
+    Confirm {
+        buyer: String,
+        reservation_id: u64,
+        payment_ref: String,
+    },
+    Cancel {
+        buyer: String,
+        reservation_id: u64,
+    },
+    Void {
+        reservation_id: u64,
+    },
+}
+
+impl ShardOp {
+    /// The shard's op for a command the edge built, with the shard's own
+    /// reservation id; `None` for a command no shard takes.
+    pub fn of(cmd: Command, local_id: impl Fn(u64) -> u64) -> Option<ShardOp> {
+        Some(match cmd {
+            Command::Reserve {
+                buyer,
+                idem_key,
+                quantity,
+                ticket,
+                ..
+            } => ShardOp::Reserve {
+                buyer,
+                idem_key,
+                quantity,
+                ticket,
+            },
+            Command::GetReservation {
+                buyer,
+                reservation_id,
+                ..
+            } => ShardOp::Read {
+                buyer,
+                reservation_id: local_id(reservation_id),
+            },
+            Command::Confirm {
+                buyer,
+                reservation_id,
+                payment_ref,
+                ..
+            } => ShardOp::Confirm {
+                buyer,
+                reservation_id: local_id(reservation_id),
+                payment_ref,
+            },
+            Command::Cancel {
+                buyer,
+                reservation_id,
+                ..
+            } => ShardOp::Cancel {
+                buyer,
+                reservation_id: local_id(reservation_id),
+            },
+            Command::Void { reservation_id, .. } => ShardOp::Void {
+                reservation_id: local_id(reservation_id),
+            },
+            _ => return None,
+        })
+    }
+
+    /// The command this op is, for the shard's own gate to run.
+    pub fn command(&self, product_id: &str) -> Command {
+        let product_id = product_id.to_string();
+        match self.clone() {
+            ShardOp::Reserve {
+                buyer,
+                idem_key,
+                quantity,
+                ticket,
+            } => Command::Reserve {
+                product_id,
+                buyer,
+                idem_key,
+                quantity,
+                ticket,
+            },
+            ShardOp::Read {
+                buyer,
+                reservation_id,
+            } => Command::GetReservation {
+                product_id,
+                buyer,
+                reservation_id,
+            },
+            ShardOp::Confirm {
+                buyer,
+                reservation_id,
+                payment_ref,
+            } => Command::Confirm {
+                product_id,
+                buyer,
+                reservation_id,
+                payment_ref,
+            },
+            ShardOp::Cancel {
+                buyer,
+                reservation_id,
+            } => Command::Cancel {
+                product_id,
+                buyer,
+                reservation_id,
+            },
+            ShardOp::Void { reservation_id } => Command::Void {
+                product_id,
+                reservation_id,
+            },
+        }
+    }
+
+    /// The units a reserve asks for; 0 for anything else.
+    pub fn units(&self) -> u64 {
+        match self {
+            ShardOp::Reserve { quantity, .. } => u64::from(*quantity),
+            _ => 0,
+        }
+    }
+}
+
+/// A stock shard's answer to home's push: its report, and when it has no
+/// unit available, the buyers whose replays must reach it (for the edge's
+/// `sold_out`, `snapshot::SoldOut`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ShardAnswer {
+    pub report: ShardReport,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buyers: Option<buyer_filter::BuyerFilter>,
 }
 
 /// The name of the object of stock shard `index` (≥ 1) of `product_id`. A
@@ -135,13 +327,16 @@ impl Command {
     /// methods take it shared), so a batch of nothing else writes nothing
     /// and needs no transaction (`ProductObject::commands`).
     pub fn is_read(&self) -> bool {
-        match self {
-            Command::OnShard { command, .. } => command.is_read(),
-            _ => matches!(
-                self,
-                Command::GetProduct { .. } | Command::GetReservation { .. } | Command::Stats { .. }
-            ),
-        }
+        matches!(
+            self,
+            Command::GetProduct { .. }
+                | Command::GetReservation { .. }
+                | Command::Stats { .. }
+                | Command::Shard {
+                    operation: ShardOp::Read { .. },
+                    ..
+                }
+        )
     }
 
     /// The product the command is for.
@@ -158,8 +353,9 @@ impl Command {
             | Command::Void { product_id, .. }
             | Command::Sync { product_id, .. }
             | Command::Watch { product_id, .. }
-            | Command::ShardReport { product_id, .. } => product_id,
-            Command::OnShard { command, .. } => command.product_id(),
+            | Command::Shard { product_id, .. }
+            | Command::Report { product_id, .. }
+            | Command::Push { product_id, .. } => product_id,
         }
     }
 }
@@ -199,6 +395,35 @@ mod tests {
             "{header}"
         );
         assert_eq!(serde_json::from_str::<Command>(&header).unwrap(), cmd);
+    }
+
+    #[test]
+    fn a_shard_is_named_only_within_its_bounds() {
+        assert!(ShardAt::new(1, 2).is_some());
+        assert!(ShardAt::new(63, SHARDS_MAX).is_some());
+        for (index, count) in [(0, 8), (8, 8), (9, 8), (1, SHARDS_MAX + 1), (1, 1)] {
+            assert!(ShardAt::new(index, count).is_none(), "{index} of {count}");
+            let json = format!(
+                r#"{{"op":"shard","product_id":"p","at":{{"index":{index},"count":{count}}},"operation":{{"kind":"void","reservation_id":1}}}}"#
+            );
+            assert!(serde_json::from_str::<Command>(&json).is_err(), "{json}");
+        }
+        // What a shard does goes there; nothing else can be said.
+        let cmd = Command::Shard {
+            product_id: "p".into(),
+            at: ShardAt::new(3, 8).unwrap(),
+            operation: ShardOp::Cancel {
+                buyer: "b".into(),
+                reservation_id: 4,
+            },
+        };
+        let back: Command = serde_json::from_str(&cmd.to_header().unwrap()).unwrap();
+        assert_eq!(back, cmd);
+        let restock = Command::Restock {
+            product_id: "p".into(),
+            units: 1,
+        };
+        assert_eq!(ShardOp::of(restock, |id| id), None);
     }
 
     #[test]

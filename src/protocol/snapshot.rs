@@ -58,19 +58,43 @@ pub struct Snapshot {
     pub state: SaleState,
     /// Present when the product has a waiting room.
     pub queue: Option<QueueSnapshot>,
-    /// Present when nothing is available: the buyers whose reserves must
-    /// still reach the object. Never for a product of several stock
-    /// shards, whose buyers home does not know: their reserves all reach
-    /// their shards.
-    pub buyers: Option<BuyerFilter>,
+    /// Present when the object knows that no unit was available anywhere
+    /// a moment ago: what lets the edge answer `sold_out`.
+    pub sold_out: Option<SoldOut>,
     /// The product's stock shards, which the edge routes by
     /// (`crate::edge::shards`).
     #[serde(default = "one")]
     pub shards: u16,
+    /// The stock shards that exist, a bit each (bit 0, home, always): an
+    /// id naming another is answered `unknown_reservation` at the edge,
+    /// and no object is made for it.
+    #[serde(default = "home_only")]
+    pub existing: u64,
+    /// When the edge asked for it (the edge's clock; not sent): the
+    /// snapshot says what was true no later than this.
+    #[serde(skip)]
+    pub fetched_at_ms: u64,
 }
 
 fn one() -> u16 {
     1
+}
+
+fn home_only() -> u64 {
+    1
+}
+
+/// No unit was available anywhere `age_ms` before the snapshot was taken
+/// (0 for a product of one shard, whose object knows it at once; over K
+/// shards, the age of the oldest drain that proved a shard empty). The
+/// edge answers `sold_out` while `age_ms` plus the snapshot's own age is
+/// under `SOLD_OUT_LAG_MS`, to every buyer not in its shard's filter.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SoldOut {
+    pub age_ms: u64,
+    /// Per shard, in shard order: the buyers who hold or bought units
+    /// there, whose retries may be replays and must reach the shard.
+    pub buyers: Vec<BuyerFilter>,
 }
 
 /// A ticket's standing in the waiting room.

@@ -54,7 +54,7 @@ pub struct EscrowStats {
     pub unallocated: u64,
     /// The shards' reports to home, and those a buyer waited for.
     pub reports: u64,
-    pub sync_calls: u64,
+    pub waits: u64,
     /// Each shard's escrowed units and levels; shard 0 is home.
     pub per_shard: Vec<ShardStats>,
 }

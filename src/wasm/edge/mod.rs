@@ -24,6 +24,7 @@ use crate::edge::page::Lang;
 use crate::edge::pow::{self, JoinAnswer};
 use crate::edge::rate_limit::{self, Limiter};
 use crate::edge::routes::{self, Incoming, Route};
+use crate::edge::shards;
 use crate::http::codes::ProblemCode;
 use crate::http::problem::Problem;
 use crate::http::reply::Reply;
@@ -365,10 +366,12 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
         },
         Command::Reserve { buyer, ticket, .. } => match lookup(env, &product_id).await {
             Some(Known::Product { snapshot, .. }) => {
-                if let Some(p) = snapshot.reserve_answer(buyer, ticket.as_ref(), now_ms()) {
+                shards = snapshot.shards;
+                let shard = shards::shard_of(&cmd, shards, &settings.shard_key);
+                if let Some(p) = snapshot.reserve_answer(buyer, shard, ticket.as_ref(), now_ms()) {
                     return refuse(p);
                 }
-                shards = snapshot.shards;
+                EDGE.with_borrow_mut(|c| c.routed(&product_id, shard));
             }
             Some(Known::Unknown) => return refuse(Problem::unknown_product(&product_id)),
             // Without a snapshot the edge does not know the product's
@@ -379,12 +382,9 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
         Command::GetReservation { .. }
         | Command::Confirm { .. }
         | Command::Cancel { .. }
-        | Command::Void { .. } => match lookup(env, &product_id).await {
-            Some(Known::Product { snapshot, .. }) => shards = snapshot.shards,
-            // The catalog lists it, so the object decides: a snapshot that
-            // said unknown may be from before a restart's load.
-            Some(Known::Unknown) => {}
-            None => return refuse(unavailable()),
+        | Command::Void { .. } => match id_shard(env, &settings, &cmd, &product_id).await {
+            Ok(n) => shards = n,
+            Err(p) => return refuse(p),
         },
         // An update may create the product: it is listed first, so that a
         // product never exists unlisted (an id whose update then fails
@@ -400,7 +400,7 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
         _ => {}
     }
     let is_reserve = matches!(cmd, Command::Reserve { .. });
-    let target = crate::edge::shards::target(cmd, shards, &settings.shard_key);
+    let target = shards::target(cmd, shards, &settings.shard_key);
     let resp = match forward_raw(env, &target.object, &target.command).await {
         Ok(resp) => resp,
         Err(e) => {
@@ -414,6 +414,42 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
         EDGE.with_borrow_mut(|c| c.invalidate(&product_id));
     }
     Ok(resp)
+}
+
+/// The stock shards of the product an id names, for its command; an id
+/// on a shard that does not exist is `unknown_reservation` here, so that
+/// made-up ids make no object. A snapshot older than
+/// `SHARD_MISS_REFRESH_MS` is fetched anew first (the shard may have been
+/// made since), and a shard this isolate routed a reserve to counts as
+/// made.
+async fn id_shard(
+    env: &Env,
+    settings: &Settings,
+    cmd: &Command,
+    product_id: &str,
+) -> Result<u16, Problem> {
+    let mut refreshed = false;
+    loop {
+        match lookup(env, product_id).await {
+            Some(Known::Product { snapshot, .. }) => {
+                let index = shards::shard_of(cmd, snapshot.shards, &settings.shard_key);
+                let routed = EDGE.with_borrow(|c| c.routed_to(product_id));
+                if shards::exists(snapshot.existing | routed, index) {
+                    return Ok(snapshot.shards);
+                }
+                let age = now_ms().saturating_sub(snapshot.fetched_at_ms);
+                if refreshed || age < crate::limits::SHARD_MISS_REFRESH_MS {
+                    return Err(Problem::unknown_reservation());
+                }
+                EDGE.with_borrow_mut(|c| c.invalidate(product_id));
+                refreshed = true;
+            }
+            // The catalog lists it, so the object decides: a snapshot that
+            // said unknown may be from before a restart's load.
+            Some(Known::Unknown) => return Ok(1),
+            None => return Err(unavailable()),
+        }
+    }
 }
 
 /// `GET /api/products/{id}/live`: a viewer's socket, accepted by the
@@ -756,7 +792,7 @@ async fn sync(env: &Env, product_id: &str) {
     };
     let known = match forward(env, product_id, &cmd).await {
         Ok(mut resp) => match (resp.status_code(), resp.bytes().await) {
-            (200, Ok(bytes)) => Snapshot::parse(&bytes).map(|snapshot| Known::Product {
+            (200, Ok(bytes)) => Snapshot::parse(&bytes, started).map(|snapshot| Known::Product {
                 body: Rc::new(snapshot.product.to_string().into_bytes()),
                 snapshot: Rc::new(snapshot),
             }),

@@ -17,7 +17,7 @@ use std::pin::pin;
 use std::rc::Rc;
 use std::time::Duration;
 
-use futures_util::future::{select, Either};
+use futures_util::future::{join_all, select, Either};
 use worker::wasm_bindgen::{self, prelude::wasm_bindgen, JsCast};
 use worker::wasm_bindgen_futures::JsFuture;
 use worker::worker_sys::web_sys;
@@ -30,14 +30,16 @@ use worker::{
 use crate::http::problem::Problem;
 use crate::object::delivery::{self, Attempt};
 use crate::object::group_commit::{Answer, Batcher};
+use crate::object::home_call::{AskHold, BatchCalls};
 use crate::object::live::{self, Attachment, Due, Pusher};
 use crate::object::product::{DeliveryOutcome, ProductObject};
-use crate::protocol::Command;
+use crate::protocol::{Command, ShardAnswer, ShardAt};
 use crate::settings::Forwarding;
 use crate::wasm::object::sqlite::DoSql;
 use crate::wasm::random_bytes;
 use crate::wasm::{config, http};
-use flashgate_core::escrow::{ShardReply, ShardReport};
+use flashgate_core::escrow::{HomePush, ShardReply, ShardReport};
+use flashgate_core::HomeStep;
 use flashgate_wire::signing::{self, Purpose};
 use flashgate_wire::Batch;
 
@@ -52,9 +54,11 @@ pub struct ProductGate {
     /// When to push live updates; shared with the timer a coalesced push
     /// waits on.
     pusher: Rc<RefCell<Pusher>>,
-    /// A stock shard's call home is out: the batch waits for it, and a
-    /// request that wakes meanwhile waits on a timer rather than spin.
-    calling_home: std::cell::Cell<bool>,
+    /// A batch waits for home (a stock shard's call home, or at home the
+    /// drains before a batch, and the rules pushed after one): other
+    /// batches wait for it, on a timer rather than spinning. A push from
+    /// home, or a shard's report at home, never waits for it.
+    waiting: std::cell::Cell<bool>,
 }
 
 fn now_ms() -> u64 {
@@ -69,7 +73,7 @@ impl ProductGate {
     /// Runs the oldest waiting commands as one batch, then moves the alarm
     /// if the batch asks for it.
     async fn run_batch(&self) {
-        if self.calling_home.get() {
+        if self.waiting.get() {
             Delay::from(Duration::from_millis(HOME_WAIT_POLL_MS)).await;
             return;
         }
@@ -77,17 +81,23 @@ impl ProductGate {
         if tickets.is_empty() {
             return;
         }
+        self.waiting.set(true);
         // A stock shard that cannot decide the batch's reserves on what it
-        // has calls home first, once for the batch, and decides the batch
-        // after, in a turn of its own: no decision spans the call. Other
-        // batches wait for it (`calling_home`); commands that arrive
-        // meanwhile go in the next batch.
-        let call = self.object.borrow().home_call_needed(&cmds, now_ms());
-        if let Some((needed, first)) = call {
-            self.calling_home.set(true);
-            self.call_home(needed, Some(&first)).await;
-            self.calling_home.set(false);
+        // has calls home first (`home_call`), and decides the batch after,
+        // in a turn of its own: no decision spans the call. At home, a
+        // batch whose reserves `U` cannot cover, or a snapshot when the
+        // product looks sold out, waits for drains of the shards first.
+        let mut calls = BatchCalls::default();
+        loop {
+            let needed = self.object.borrow().home_call_needed(&cmds, now_ms());
+            let Some(need) = calls.next(needed, now_ms()) else {
+                break;
+            };
+            let first = cmds.iter().find(|c| matches!(c, Command::Shard { .. }));
+            let drains = self.call_home(need, first).await;
+            calls.answered(drains);
         }
+        self.drain_before(&cmds).await;
         let outcome = self
             .object
             .borrow_mut()
@@ -95,12 +105,161 @@ impl ProductGate {
         if let Err(e) = &outcome {
             worker::console_error!("ProductGate: a batch of {} failed: {e}", cmds.len());
         }
+        // New rules bind every shard before anyone is told they are set.
+        self.push_rules().await;
+        self.waiting.set(false);
+        let outcome = outcome.map(|mut replies| {
+            if let Some(timing) = calls.server_timing(now_ms()) {
+                for (cmd, reply) in cmds.iter().zip(replies.iter_mut()) {
+                    if matches!(cmd, Command::Shard { .. }) {
+                        reply.headers.push(("server-timing", timing.clone()));
+                    }
+                }
+            }
+            replies
+        });
         self.batcher.borrow_mut().answer(tickets, outcome);
         self.after_change();
         // The decisions are committed; a failure to move the alarm must not
         // turn their answers into errors. The next batch or alarm re-arms.
         if let Err(e) = self.arm().await {
             worker::console_error!("ProductGate: could not set the alarm: {e}");
+        }
+    }
+
+    /// At home, before a batch: the drains it needs (`drains_needed`), one
+    /// round at a time, until it can be decided or `ASK_WAIT_MAX_MS` passed.
+    async fn drain_before(&self, cmds: &[Command]) {
+        let hold = AskHold::new(now_ms());
+        loop {
+            let give_up = hold.give_up(now_ms());
+            let drains = self
+                .object
+                .borrow_mut()
+                .drains_needed(cmds, now_ms(), give_up);
+            match drains {
+                Some(list) if list.is_empty() => return,
+                Some(list) => self.push_round(list, true).await,
+                None if give_up => return,
+                None => Delay::from(Duration::from_millis(HOME_WAIT_POLL_MS)).await,
+            }
+        }
+    }
+
+    /// At home, after a change of rules: pushed to every shard that has not
+    /// taken them, and then, for one that did not answer, a wait until its
+    /// lease on the old rules has ended (at most `RULES_LEASE_MS`).
+    async fn push_rules(&self) {
+        let behind = self.object.borrow().rules_behind();
+        if behind.is_empty() {
+            return;
+        }
+        self.push_round(behind, false).await;
+        loop {
+            let bind_at = self.object.borrow().rules_bind_at(now_ms());
+            let Some(at) = bind_at else {
+                return;
+            };
+            Delay::from(Duration::from_millis(at.saturating_sub(now_ms()).max(1))).await;
+        }
+    }
+
+    /// Pushes to every shard of `shards` at once, each answer applied as it
+    /// comes (or its absence, after `PUSH_TIMEOUT_MS`).
+    async fn push_round(&self, shards: Vec<u16>, drain: bool) {
+        join_all(shards.into_iter().map(|i| self.push_one(i, drain))).await;
+    }
+
+    async fn push_one(&self, index: u16, drain: bool) {
+        let sent_at = now_ms();
+        let push = self.object.borrow().push_for(index, drain);
+        let Some((product_id, at, push)) = push else {
+            return;
+        };
+        let answer = push_to_shard(&self.env, &product_id, at, push).await;
+        if let Err(e) = &answer {
+            worker::console_error!(
+                "ProductGate: shard {index} of {product_id} did not answer a push: {e}"
+            );
+        }
+        let applied = self.object.borrow_mut().handle_push_answer(
+            &mut self.store(),
+            now_ms(),
+            index,
+            sent_at,
+            drain,
+            answer.ok(),
+        );
+        if let Err(e) = applied {
+            worker::console_error!("ProductGate: could not write a shard's answer: {e}");
+        }
+    }
+
+    /// At home, a shard's report: applied, and its ask answered, after the
+    /// drains it needs; each step decided in a turn of its own (the report
+    /// is handed in again after each round), never across an await.
+    async fn answer_report(&self, report: ShardReport) -> worker::Result<web_sys::Response> {
+        let mut hold = AskHold::new(now_ms());
+        loop {
+            let step = self.object.borrow_mut().answer_report(
+                &mut self.store(),
+                now_ms(),
+                &report,
+                hold.give_up(now_ms()),
+            );
+            match step {
+                Ok(Ok(HomeStep::Reply(mut reply))) => {
+                    reply.drains = hold.drains;
+                    self.after_change();
+                    let body = serde_json::to_string(&reply)?;
+                    return http::raw(
+                        200,
+                        body.as_bytes(),
+                        &[("content-type", "application/json")],
+                    );
+                }
+                Ok(Ok(HomeStep::Drain(list))) => {
+                    hold.drains += 1;
+                    self.push_round(list, true).await;
+                }
+                Ok(Ok(HomeStep::Wait)) => {
+                    Delay::from(Duration::from_millis(HOME_WAIT_POLL_MS)).await
+                }
+                Ok(Err(refusal)) => {
+                    worker::console_error!("ProductGate: home refused a report: {refusal:?}");
+                    return http::problem(Problem::internal());
+                }
+                Err(e) => {
+                    worker::console_error!("ProductGate: could not write a report: {e}");
+                    return http::problem(Problem::unavailable(js_sys::Math::random()));
+                }
+            }
+        }
+    }
+
+    /// At a stock shard, home's push: answered at once, never behind the
+    /// shard's own call home (which may be waiting for home, and would
+    /// wait for this).
+    fn answer_push(&self, push: &HomePush) -> worker::Result<web_sys::Response> {
+        match self
+            .object
+            .borrow_mut()
+            .answer_push(&mut self.store(), now_ms(), push)
+        {
+            Ok(Some(answer)) => {
+                self.after_change();
+                let body = serde_json::to_string(&answer)?;
+                http::raw(
+                    200,
+                    body.as_bytes(),
+                    &[("content-type", "application/json")],
+                )
+            }
+            Ok(None) => http::problem(Problem::unknown_reservation()),
+            Err(e) => {
+                worker::console_error!("ProductGate: could not answer a push: {e}");
+                http::problem(Problem::unavailable(js_sys::Math::random()))
+            }
         }
     }
 
@@ -191,45 +350,34 @@ impl ProductGate {
     }
 
     /// A stock shard's report to its home object, and the reply applied:
-    /// for `needed` units (0: its tick). When home asked units back, the
-    /// shard reports again at once, so that they reach `U` without waiting
-    /// for its next tick.
-    async fn call_home(&self, needed: u64, first: Option<&Command>) {
-        for round in 0..2 {
-            let (needed, first) = if round == 0 {
-                (needed, first)
-            } else {
-                (0, None)
-            };
-            let report =
-                self.object
-                    .borrow_mut()
-                    .report_home(&mut self.store(), now_ms(), first, needed);
-            let (home, report) = match report {
-                Ok(Some(r)) => r,
-                Ok(None) => return,
-                Err(e) => {
-                    worker::console_error!("ProductGate: could not write a report home: {e}");
-                    return;
-                }
-            };
-            let reply = ask_home(&self.env, &home, report).await;
-            if let Err(e) = &reply {
-                worker::console_error!("ProductGate: home {home} did not answer a report: {e}");
+    /// for `need` units (0: a background report, if one is due). Returns
+    /// the rounds of drains home ran for it.
+    async fn call_home(&self, need: u64, first: Option<&Command>) -> u32 {
+        let report = self
+            .object
+            .borrow_mut()
+            .report_home(&mut self.store(), now_ms(), first, need);
+        let (home, report) = match report {
+            Ok(Some(r)) => r,
+            Ok(None) => return 0,
+            Err(e) => {
+                worker::console_error!("ProductGate: could not write a report home: {e}");
+                return 0;
             }
-            let applied =
-                self.object
-                    .borrow_mut()
-                    .handle_home_reply(&mut self.store(), now_ms(), reply);
-            match applied {
-                Ok(true) => continue,
-                Ok(false) => return,
-                Err(e) => {
-                    worker::console_error!("ProductGate: could not write home's reply: {e}");
-                    return;
-                }
-            }
+        };
+        let reply = ask_home(&self.env, &home, report).await;
+        if let Err(e) = &reply {
+            worker::console_error!("ProductGate: home {home} did not answer a report: {e}");
         }
+        let drains = reply.as_ref().map_or(0, |r| r.drains);
+        let applied =
+            self.object
+                .borrow_mut()
+                .handle_home_reply(&mut self.store(), now_ms(), reply);
+        if let Err(e) = applied {
+            worker::console_error!("ProductGate: could not write home's reply: {e}");
+        }
+        drains
     }
 
     /// Moves the alarm earlier if the object asks for it.
@@ -355,30 +503,38 @@ extern "C" {
     fn fan_out(state: &DurableObjectState, message: &str, version: f64) -> u32;
 }
 
-/// How often a request whose batch waits for a call home looks again.
-const HOME_WAIT_POLL_MS: u64 = 2;
+use crate::limits::HOME_WAIT_POLL_MS;
 
-/// Sends a stock shard's report to its product's home object (Durable
-/// Object to Durable Object, inside the Worker), and reads its reply.
-async fn ask_home(env: &Env, home: &str, report: ShardReport) -> Result<ShardReply, String> {
-    let cmd = Command::ShardReport {
-        product_id: home.to_string(),
-        report,
-    };
+/// Sends `cmd` to the object named `name` (Durable Object to Durable
+/// Object, inside the Worker): as a header when it fits, else as the body.
+/// Reads the answer's JSON within `timeout_ms`.
+async fn exchange<T: serde::de::DeserializeOwned>(
+    env: &Env,
+    name: &str,
+    cmd: &Command,
+    timeout_ms: u64,
+) -> Result<T, String> {
     let exchange = async {
-        let header = cmd.to_header().ok_or("a report too long for a header")?;
         let ns = env
             .durable_object("PRODUCT_GATE")
             .map_err(|e| e.to_string())?;
         let stub = ns
-            .id_from_name(home)
+            .id_from_name(name)
             .and_then(|id| id.get_stub())
             .map_err(|e| e.to_string())?;
         let headers = Headers::new();
-        headers
-            .set(crate::protocol::COMMAND_HEADER, &header)
-            .map_err(|e| e.to_string())?;
         let mut init = RequestInit::new();
+        match cmd.to_header() {
+            Some(header) => headers
+                .set(crate::protocol::COMMAND_HEADER, &header)
+                .map_err(|e| e.to_string())?,
+            // A report with many counters, or a push with a long waiting
+            // room, goes as the body.
+            None => {
+                let body = serde_json::to_string(cmd).map_err(|e| e.to_string())?;
+                init.with_body(Some(JsValue::from_str(&body)));
+            }
+        }
         init.with_method(Method::Post).with_headers(headers);
         let req = Request::new_with_init("https://product-gate/command", &init)
             .map_err(|e| e.to_string())?;
@@ -391,14 +547,40 @@ async fn ask_home(env: &Env, home: &str, report: ShardReport) -> Result<ShardRep
         if status != 200 {
             return Err(format!("{status}: {text}"));
         }
-        serde_json::from_str::<ShardReply>(&text).map_err(|e| e.to_string())
+        serde_json::from_str::<T>(&text).map_err(|e| e.to_string())
     };
-    let timeout = Delay::from(Duration::from_millis(crate::limits::HOME_CALL_TIMEOUT_MS));
+    let timeout = Delay::from(Duration::from_millis(timeout_ms));
     let outcome = match select(pin!(exchange), pin!(timeout)).await {
         Either::Left((answer, _)) => answer,
         Either::Right(_) => Err("no answer in time".into()),
     };
     outcome
+}
+
+/// Sends a stock shard's report to its product's home object, and reads
+/// its reply.
+async fn ask_home(env: &Env, home: &str, report: ShardReport) -> Result<ShardReply, String> {
+    let cmd = Command::Report {
+        product_id: home.to_string(),
+        report,
+    };
+    exchange(env, home, &cmd, crate::limits::HOME_CALL_TIMEOUT_MS).await
+}
+
+/// Sends home's push to its stock shard `at`, and reads the answer.
+async fn push_to_shard(
+    env: &Env,
+    product_id: &str,
+    at: ShardAt,
+    push: HomePush,
+) -> Result<ShardAnswer, String> {
+    let name = crate::protocol::shard_object(product_id, at.index());
+    let cmd = Command::Push {
+        product_id: product_id.to_string(),
+        at,
+        push,
+    };
+    exchange(env, &name, &cmd, crate::limits::PUSH_TIMEOUT_MS).await
 }
 
 /// The origin's route for batches; the signature covers it.
@@ -540,7 +722,7 @@ impl ProductGate {
             batcher: RefCell::default(),
             tick: js_sys::Object::new(),
             pusher: Rc::default(),
-            calling_home: std::cell::Cell::new(false),
+            waiting: std::cell::Cell::new(false),
         }
     }
 
@@ -555,10 +737,10 @@ impl ProductGate {
             .alarm(&mut self.store(), now_ms())
             .map_err(|e| worker::Error::RustError(e.0))?;
         self.after_change();
-        if self.object.borrow().is_shard() && !self.calling_home.get() {
-            self.calling_home.set(true);
+        if self.object.borrow().is_shard() && !self.waiting.get() {
+            self.waiting.set(true);
             self.call_home(0, None).await;
-            self.calling_home.set(false);
+            self.waiting.set(false);
         }
         self.drain_outbox().await?;
         self.arm().await?;
@@ -628,13 +810,17 @@ impl ProductGate {
                 return http::respond(&Problem::internal().into());
             }
         };
-        if let Command::Watch {
-            product_id,
-            buyer,
-            client,
-        } = cmd
-        {
-            return self.watch(&product_id, buyer, client);
+        match &cmd {
+            Command::Watch {
+                product_id,
+                buyer,
+                client,
+            } => return self.watch(product_id, buyer.clone(), client.clone()),
+            // Between objects, answered outside any batch: a shard's report
+            // may wait for drains, and a push must never wait for a batch.
+            Command::Report { report, .. } => return self.answer_report(report.clone()).await,
+            Command::Push { push, .. } => return self.answer_push(push),
+            _ => {}
         }
         // Group commit: wait one tick, so the commands that arrive in it
         // share a batch, then take this command's answer; the first request
