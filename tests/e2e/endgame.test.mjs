@@ -40,13 +40,17 @@ function load(args) {
   });
 }
 
+/** Holds outlive any run here, so that every hold is paid in time and no
+ * unit comes back, even on a slow machine. */
+const HOLD_TTL_MS = 600_000;
+
 /** A sale of `stock` units over `shards` shards to `buyers` buyers at
  * `connections` at once, every hold paid, checked against the origin. */
 async function endgame({ gate, origin }, { product, shards, stock, buyers, connections }) {
   const run = await load([
     "--url", gate.url, "--product", product, "--stock", String(stock), "--shards", String(shards),
     "--buyers", String(buyers), "--connections", String(connections), "--seed", String(SEED),
-    "--shares", "100,0,0", "--buyer-keys", keys.BUYER_TOKEN_KEYS, "--payment-keys", keys.PAYMENT_KEYS,
+    "--hold-ttl-ms", String(HOLD_TTL_MS), "--shares", "100,0,0", "--buyer-keys", keys.BUYER_TOKEN_KEYS, "--payment-keys", keys.PAYMENT_KEYS,
     "--origin", origin.url, "--origin-read-token", keys.READ_TOKEN,
   ]);
   const r = run.report;
@@ -55,6 +59,7 @@ async function endgame({ gate, origin }, { product, shards, stock, buyers, conne
   const figures = {
     status: r?.status,
     outcomes: r?.outcomes,
+    fates: r?.fates,
     sold_out_answers: v?.sold_out_answers,
     false_sold_outs: v?.false_sold_outs,
     available_at_end: v?.available_at_end,
@@ -77,6 +82,7 @@ describe("the endgame over K stock shards: every sold_out true, no unit left whi
       const { r, v, seen, code } = await endgame(system, { product: `endgame-seq-${shards}`, shards, stock: 60, buyers: 60, connections: 1 });
       assert.equal(v.false_sold_outs, 0, seen);
       assert.deepEqual(r.outcomes, { reserved: 60 }, seen);
+      assert.deepEqual(r.fates, { pay: 60 }, seen);
       assert.equal(v.sold_out_answers, 0, seen);
       assert.equal(v.available_at_end, 0, seen);
       assert.deepEqual(v.violations, [], seen);
@@ -92,6 +98,7 @@ describe("the endgame over K stock shards: every sold_out true, no unit left whi
       // Every hold is paid, so nothing comes back: the 400 units sell and
       // every other buyer is refused, none left waiting on a 503.
       assert.deepEqual(r.outcomes, { reserved: 400, sold_out: 1600 }, seen);
+      assert.deepEqual(r.fates, { pay: 400 }, seen);
       assert.equal(v.sold_out_answers, 1600, seen);
       assert.equal(v.available_at_end, 0, seen);
       assert.deepEqual(v.violations, [], seen);
