@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 use reqwest::{Client, RequestBuilder};
 use serde_json::Value;
 
+use crate::server_timing::{self, EscrowWait};
+
 /// Each attempt's own deadline: a reset connection can otherwise leave a
 /// request waiting without end.
 pub const ATTEMPT_TIMEOUT_MS: u64 = 30_000;
@@ -20,7 +22,16 @@ pub struct Answer {
     pub body: Value,
     /// `Retry-After`, in seconds.
     pub retry_after_s: Option<u64>,
+    /// The wait for a shard's call home its `Server-Timing` reports.
+    pub escrow_wait: Option<EscrowWait>,
     pub ms: f64,
+    /// When this attempt was sent and its answer read, in µs on the run's
+    /// clock (0 for one never sent); `run` stamps them.
+    pub sent_us: u64,
+    pub received_us: u64,
+    /// When the first attempt of a retried request was sent: the request
+    /// may have taken effect at any attempt.
+    pub first_sent_us: u64,
 }
 
 impl Answer {
@@ -52,7 +63,11 @@ impl Answer {
             code: Some(STOPPED.into()),
             body: Value::Null,
             retry_after_s: None,
+            escrow_wait: None,
             ms: 0.0,
+            sent_us: 0,
+            received_us: 0,
+            first_sent_us: 0,
         }
     }
 }
@@ -101,13 +116,20 @@ pub async fn send(request: RequestBuilder) -> Answer {
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse().ok());
+        let escrow_wait = server_timing::escrow_wait(
+            response
+                .headers()
+                .get_all("server-timing")
+                .iter()
+                .filter_map(|v| v.to_str().ok()),
+        );
         let bytes = response.bytes().await?;
-        Ok::<_, reqwest::Error>((status, retry_after_s, bytes))
+        Ok::<_, reqwest::Error>((status, retry_after_s, escrow_wait, bytes))
     }
     .await;
     let ms = started.elapsed().as_secs_f64() * 1000.0;
     match result {
-        Ok((status, retry_after_s, bytes)) => {
+        Ok((status, retry_after_s, escrow_wait, bytes)) => {
             let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             let code = if status >= 400 {
                 body.get("code").and_then(Value::as_str).map(str::to_owned)
@@ -119,7 +141,11 @@ pub async fn send(request: RequestBuilder) -> Answer {
                 code,
                 body,
                 retry_after_s,
+                escrow_wait,
                 ms,
+                sent_us: 0,
+                received_us: 0,
+                first_sent_us: 0,
             }
         }
         Err(_) => Answer {
@@ -127,7 +153,11 @@ pub async fn send(request: RequestBuilder) -> Answer {
             code: None,
             body: Value::Null,
             retry_after_s: None,
+            escrow_wait: None,
             ms,
+            sent_us: 0,
+            received_us: 0,
+            first_sent_us: 0,
         },
     }
 }

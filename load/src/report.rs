@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::measure::Latency;
 use crate::plan::System;
+use crate::server_timing::EscrowWait;
 use crate::verdict::Verdict;
 
 /// The endpoints a buyer calls.
@@ -114,6 +115,14 @@ pub struct Report {
     /// The reserves answered `sold_out`: the part of the burst after the
     /// stock is gone.
     pub sold_out_latency: Option<Latency>,
+    /// Reserve answers that were 503 (`unavailable`: the gate could not
+    /// decide within its bounded wait). Each was tried again, as its
+    /// `Retry-After` said; a buyer whose every attempt got one ended
+    /// `unavailable` in `outcomes`. Never counted as sold out.
+    pub unavailable_answers: u64,
+    /// The reserves that waited for their shard's call home, as the gate's
+    /// `Server-Timing` says.
+    pub escrow_waits: EscrowWaits,
     /// The reserves, confirms and cancels the object decided during the
     /// run, per request the run sent (flashgate only). Other clients' reads
     /// (the console's polls) are not counted; buyers of the same product
@@ -171,14 +180,10 @@ pub struct EscrowFigures {
     pub sync_share: f64,
     /// Reports home per 1,000 reserve requests.
     pub transfers_per_1000_reserves: f64,
-    /// Units still available when the run ended, every report home in:
-    /// with every hold paid (`--shares 100,0,0`) and more buyers than
-    /// units, anything here is undersold.
-    pub available_at_end: u64,
 }
 
 impl EscrowFigures {
-    pub fn of(e: &flashgate_wire::stats::EscrowStats, available: u64, reserves: u64) -> Self {
+    pub fn of(e: &flashgate_wire::stats::EscrowStats, reserves: u64) -> Self {
         let per = |n: u64| n as f64 / reserves.max(1) as f64;
         EscrowFigures {
             shards: e.shards,
@@ -186,7 +191,39 @@ impl EscrowFigures {
             sync_calls: e.waits,
             sync_share: per(e.waits),
             transfers_per_1000_reserves: per(e.reports) * 1000.0,
-            available_at_end: available,
+        }
+    }
+}
+
+/// The reserve answers that carried an escrow wait (`Server-Timing:
+/// escrow;dur=..;desc="trips=.."`): how many, how long they waited, and
+/// the round trips to home they took. The quantiles and trips are `None`
+/// when no reserve waited (or, for the trips, none said).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct EscrowWaits {
+    pub reserves: u64,
+    pub wait_p50_ms: Option<f64>,
+    pub wait_p99_ms: Option<f64>,
+    pub wait_max_ms: Option<f64>,
+    pub trips_mean: Option<f64>,
+    pub trips_max: Option<u64>,
+}
+
+impl EscrowWaits {
+    pub fn of(waits: &[EscrowWait]) -> EscrowWaits {
+        if waits.is_empty() {
+            return EscrowWaits::default();
+        }
+        let wait = Latency::of(waits.iter().map(|w| w.dur_ms).collect());
+        let trips: Vec<u64> = waits.iter().filter_map(|w| w.trips).collect();
+        EscrowWaits {
+            reserves: waits.len() as u64,
+            wait_p50_ms: Some(wait.p50_ms),
+            wait_p99_ms: Some(wait.p99_ms),
+            wait_max_ms: Some(wait.max_ms),
+            trips_mean: (!trips.is_empty())
+                .then(|| trips.iter().sum::<u64>() as f64 / trips.len() as f64),
+            trips_max: trips.iter().copied().max(),
         }
     }
 }
@@ -265,6 +302,31 @@ impl Report {
                 l.count, l.p50_ms, l.p99_ms, l.p999_ms
             );
         }
+        if self.unavailable_answers > 0 {
+            let _ = writeln!(
+                out,
+                "503 unavailable: {} reserve answers (each tried again; {} buyers ended there); not sold-outs",
+                self.unavailable_answers,
+                self.outcomes
+                    .get(flashgate_wire::codes::ProblemCode::Unavailable.as_str())
+                    .copied()
+                    .unwrap_or(0)
+            );
+        }
+        if self.system == System::Flashgate {
+            let w = &self.escrow_waits;
+            let ms = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
+            let _ = writeln!(
+                out,
+                "reserves that waited for home: {} · wait p50 {} ms · p99 {} ms · max {} ms · trips mean {} · max {}",
+                w.reserves,
+                ms(w.wait_p50_ms),
+                ms(w.wait_p99_ms),
+                ms(w.wait_max_ms),
+                w.trips_mean.map_or("-".into(), |t| format!("{t:.2}")),
+                opt(w.trips_max)
+            );
+        }
         if !self.fates.is_empty() {
             let _ = writeln!(out, "holds: {}", counts(&self.fates));
         }
@@ -309,13 +371,12 @@ impl Report {
         if let Some(e) = &self.escrow {
             let _ = writeln!(
                 out,
-                "shards: {} · calls home a buyer waited for: {} ({:.2}% of reserves) · reports home: {} ({:.1} per 1,000 reserves) · available at the end: {}",
+                "shards: {} · calls home a buyer waited for: {} ({:.2}% of reserves) · reports home: {} ({:.1} per 1,000 reserves)",
                 e.shards,
                 e.sync_calls,
                 e.sync_share * 100.0,
                 e.reports,
-                e.transfers_per_1000_reserves,
-                e.available_at_end
+                e.transfers_per_1000_reserves
             );
         }
         if let Some(a) = &self.audit {
@@ -381,6 +442,22 @@ impl Report {
             checked(orders, v.unexplained_orders),
             v.drift_units.map_or("not checked".into(), |d| d.to_string())
         );
+        let _ = writeln!(
+            out,
+            "sold out: {} answers · false {} (lag {} ms) · available at the end {} · of them while buyers were refused {}",
+            v.sold_out_answers,
+            v.false_sold_outs,
+            flashgate_wire::bounds::SOLD_OUT_LAG_MS,
+            opt(v.available_at_end),
+            v.available_while_refused
+        );
+        for e in &v.false_sold_out_examples {
+            let _ = writeln!(
+                out,
+                "  false sold-out: buyer {} sent at {:.1} ms, answered sold_out at {:.1} ms; buyer {} sent at {:.1} ms and got a unit",
+                e.buyer, e.sent_ms, e.answered_ms, e.later_buyer, e.later_sent_ms
+            );
+        }
         for why in &v.violations {
             let _ = writeln!(out, "  violation: {why}");
         }

@@ -32,8 +32,12 @@ use crate::audit;
 use crate::client::{self, send, Answer, STOPPED};
 use crate::measure::{kendall_tau, Latency};
 use crate::plan::{self, Arrival, Buyer, Fate, Shares, System};
-use crate::report::{Cleanup, Endpoint, EscrowFigures, PowFigures, Report, SharesUsed, Status};
-use crate::verdict::{self, Held, Observed, StoredOrder};
+use crate::report::{
+    Cleanup, Endpoint, EscrowFigures, EscrowWaits, PowFigures, Report, SharesUsed, Status,
+};
+use crate::server_timing::EscrowWait;
+use crate::sold_out::{Refused, Served, Timeline};
+use crate::verdict::{self, EndRead, Held, Observed, StoredOrder};
 
 /// Attempts of one idempotent request on network errors, 503s and 429s.
 pub const ATTEMPTS_MAX: u32 = 6;
@@ -159,6 +163,9 @@ struct Sample {
     endpoint: Endpoint,
     ms: f64,
     label: String,
+    /// `None` for a network error or a stop.
+    status: Option<u16>,
+    escrow_wait: Option<EscrowWait>,
 }
 
 /// What one buyer ended with.
@@ -179,6 +186,9 @@ struct BuyerEnd {
     seen: audit::Seen,
     /// The buyer's token and ticket, to read the record with.
     credentials: Option<(String, String)>,
+    /// The buyer's reserve and what came back of its hold, to judge the
+    /// run's `sold_out` answers by.
+    timeline: Timeline,
 }
 
 struct Ctx {
@@ -187,7 +197,7 @@ struct Ctx {
     stop: Arc<Stop>,
     slots: Semaphore,
     /// When the first buyer may arrive; set just before they are let go.
-    start: OnceLock<Instant>,
+    start: OnceLock<Clock>,
     arrivals: AtomicU64,
     services: AtomicU64,
     /// Requests the buyers sent and got an answer (or an error) to.
@@ -210,6 +220,26 @@ struct Ctx {
     pow_solve_us: AtomicU64,
 }
 
+/// The run's clock: a monotonic instant, and the Unix time in µs it was
+/// taken at, so that an instant of the gate (a hold's `expires_at_ms`) can
+/// be placed on it.
+#[derive(Clone, Copy)]
+struct Clock {
+    at: Instant,
+    epoch_us: u64,
+}
+
+impl Clock {
+    fn now() -> Clock {
+        Clock {
+            at: Instant::now(),
+            epoch_us: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as u64),
+        }
+    }
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -227,7 +257,19 @@ impl Ctx {
     }
 
     fn start(&self) -> Instant {
-        *self.start.get_or_init(Instant::now)
+        self.start.get_or_init(Clock::now).at
+    }
+
+    /// Now, in µs after the start.
+    fn clock_us(&self) -> u64 {
+        self.start().elapsed().as_micros() as u64
+    }
+
+    /// An instant of the gate, in ms since the Unix epoch, in µs after the
+    /// start (0 for one before it).
+    fn gate_ms_on_clock_us(&self, ms: u64) -> u64 {
+        let epoch_us = self.start.get_or_init(Clock::now).epoch_us;
+        ms.saturating_mul(1000).saturating_sub(epoch_us)
     }
 
     /// Sleeps for `d`; false if the run was stopped first.
@@ -251,7 +293,16 @@ impl Ctx {
                     .acquire()
                     .await
                     .expect("the semaphore is never closed");
-                send(req).await
+                // Stamped once the request has its slot: a buyer waiting
+                // for one has not sent anything yet.
+                let sent_us = self.clock_us();
+                let answer = send(req).await;
+                Answer {
+                    sent_us,
+                    first_sent_us: sent_us,
+                    received_us: self.clock_us(),
+                    ..answer
+                }
             } => answer,
         };
         self.sent.fetch_add(1, Ordering::Relaxed);
@@ -259,6 +310,8 @@ impl Ctx {
             endpoint,
             ms: answer.ms,
             label: answer.label(),
+            status: answer.status,
+            escrow_wait: answer.escrow_wait,
         });
         answer
     }
@@ -273,8 +326,10 @@ impl Ctx {
         make: impl Fn() -> RequestBuilder,
     ) -> Answer {
         let mut attempt = 1;
+        let mut first_sent_us = None;
         loop {
-            let answer = self.once(end, endpoint, make()).await;
+            let mut answer = self.once(end, endpoint, make()).await;
+            answer.first_sent_us = *first_sent_us.get_or_insert(answer.sent_us);
             let Some(wait_ms) = client::retry_wait_ms(
                 answer.status,
                 answer.retry_after_s,
@@ -508,7 +563,14 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
     } else {
         reserved.label()
     };
-    if reserved.code.as_deref() == Some(ProblemCode::SoldOut.as_str()) {
+    if reserved.status == Some(ProblemCode::SoldOut.status())
+        && reserved.code.as_deref() == Some(ProblemCode::SoldOut.as_str())
+    {
+        end.timeline.refused.push(Refused {
+            buyer: buyer_id.clone(),
+            sent_us: reserved.sent_us,
+            received_us: reserved.received_us,
+        });
         let _ = ctx.sold_out_at.compare_exchange(
             0,
             ctx.elapsed_ms() + 1,
@@ -532,8 +594,22 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
         .get("quantity")
         .and_then(|v| v.as_u64())
         .unwrap_or(0);
+    end.timeline.served.push(Served {
+        buyer: buyer_id.clone(),
+        sent_us: reserved.first_sent_us,
+    });
     let answered_ms = ctx.elapsed_ms();
     let expires_ms = first_sent_ms.unwrap_or(answered_ms) + ctx.hold_ttl_ms.load(Ordering::Relaxed);
+    // When the hold's units come back if nobody pays for it: the gate's
+    // `expires_at_ms`, or the time to live after the first attempt.
+    let expiry_us = reserved
+        .body
+        .get("expires_at_ms")
+        .and_then(|v| v.as_u64())
+        .map_or(
+            reserved.first_sent_us + ctx.hold_ttl_ms.load(Ordering::Relaxed) * 1000,
+            |ms| ctx.gate_ms_on_clock_us(ms),
+        );
     end.reservation = Some(Held {
         id: rid.clone(),
         quantity,
@@ -557,7 +633,10 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
     };
     let rpath = format!("{}/reservations/{rid}", ctx.product_path());
     let done = match fate {
-        Fate::Abandon => None,
+        Fate::Abandon => {
+            end.timeline.returned_us.push(expiry_us);
+            None
+        }
         Fate::Cancel => {
             let url = ctx.url(&format!("{rpath}/cancel"));
             let sent_ms = ctx.elapsed_ms();
@@ -570,6 +649,13 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
                 if let Some(h) = end.reservation.as_mut() {
                     h.until_ms = h.until_ms.map(|u| u.min(sent_ms));
                 }
+            } else {
+                // Refused, unanswered or never sent: the unit comes back
+                // at the hold's expiry if the cancel did not take effect.
+                end.timeline.returned_us.push(expiry_us);
+            }
+            if a.first_sent_us > 0 {
+                end.timeline.returned_us.push(a.first_sent_us);
             }
             Some(a)
         }
@@ -616,6 +702,11 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
                 // would have expired.
                 None | Some(500..) => end.confirm_unanswered = Some(rid.clone()),
                 _ => {}
+            }
+            if !a.ok() {
+                // Paid too late (or not known to be paid): the hold's
+                // units come back at its expiry.
+                end.timeline.returned_us.push(expiry_us);
             }
             Some(a)
         }
@@ -882,6 +973,8 @@ struct Measured {
     db_writes: Option<u64>,
     /// The lottery's commitment, as the product read said before the run.
     commitment: Option<String>,
+    /// The units available once the buyers were done, and when read.
+    available_at_end: Option<EndRead>,
     audit: Option<audit::AuditReport>,
 }
 
@@ -935,7 +1028,7 @@ async fn phases(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<()> {
         ctx.cfg.shares,
         &format!("s{}", ctx.cfg.seed),
     );
-    let _ = ctx.start.set(Instant::now());
+    let _ = ctx.start.set(Clock::now());
     let lines = (ctx.cfg.progress == Progress::Lines).then(|| {
         let ctx = ctx.clone();
         tokio::spawn(async move {
@@ -983,6 +1076,27 @@ async fn phases(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<()> {
         m.audit = Some(audit_sale(ctx, m).await?);
     }
     m.last = stats(ctx, Patience::Run).await?;
+    // The units still available once the buyers are done, before the
+    // settling and before the holds left expire. A product of several
+    // stock shards sums its shards' last reports, so it is read again once
+    // every shard has reported since.
+    if matches!(&m.last, Some(Stats::Gate(s)) if s.escrow.is_some()) {
+        if !ctx
+            .pause(Duration::from_millis(ESCROW_REPORTS_WAIT_MS))
+            .await
+        {
+            return Ok(());
+        }
+        m.last = stats(ctx, Patience::Run).await?;
+    }
+    let read_us = ctx.clock_us();
+    m.available_at_end = match &m.last {
+        Some(Stats::Gate(s)) => Some(s.available),
+        // A peer makes its order at the reserve: no holds.
+        Some(Stats::Peer(p)) => Some(p.stock_total.saturating_sub(p.sold)),
+        None => None,
+    }
+    .map(|available| EndRead { available, read_us });
 
     // Settle: the outbox drains (flashgate), the queue's consumer catches
     // up (a peer), bounded by the timeout.
@@ -1231,6 +1345,7 @@ fn report(cfg: &Config, m: Measured, read_retries: u64, incomplete: Option<Strin
         stock_total: m.stock_total,
         orders: m.orders,
         drift_units: m.drift_units,
+        available_at_end: m.available_at_end,
         ..Observed::default()
     };
     let mut per_endpoint: BTreeMap<Endpoint, (Vec<f64>, BTreeMap<String, u64>)> = BTreeMap::new();
@@ -1240,6 +1355,8 @@ fn report(cfg: &Config, m: Measured, read_retries: u64, incomplete: Option<Strin
     let mut requests = 0u64;
     let mut reserve_requests = 0u64;
     let mut sold_out_ms = Vec::new();
+    let mut unavailable_answers = 0u64;
+    let mut waits = Vec::new();
     for end in m.ends {
         for s in end.samples {
             requests += 1;
@@ -1248,6 +1365,12 @@ fn report(cfg: &Config, m: Measured, read_retries: u64, incomplete: Option<Strin
                 if s.label == ProblemCode::SoldOut.as_str() {
                     sold_out_ms.push(s.ms);
                 }
+                // Counted by status: a 503 is never a sold-out, whatever
+                // its body says.
+                if s.status == Some(ProblemCode::Unavailable.status()) {
+                    unavailable_answers += 1;
+                }
+                waits.extend(s.escrow_wait);
             }
             let e = per_endpoint.entry(s.endpoint).or_default();
             e.0.push(s.ms);
@@ -1262,6 +1385,9 @@ fn report(cfg: &Config, m: Measured, read_retries: u64, incomplete: Option<Strin
         seen.confirmed.extend(end.confirmed);
         seen.confirm_unanswered.extend(end.confirm_unanswered);
         seen.forgotten.extend(end.forgotten);
+        seen.timeline.refused.extend(end.timeline.refused);
+        seen.timeline.served.extend(end.timeline.served);
+        seen.timeline.returned_us.extend(end.timeline.returned_us);
     }
     let reached_object = match (&m.before, &m.last) {
         (Some(Stats::Gate(b)), Some(Stats::Gate(a))) => {
@@ -1286,7 +1412,7 @@ fn report(cfg: &Config, m: Measured, read_retries: u64, incomplete: Option<Strin
         Some(Stats::Gate(s)) => s
             .escrow
             .as_ref()
-            .map(|e| EscrowFigures::of(e, s.available, reserve_requests)),
+            .map(|e| EscrowFigures::of(e, reserve_requests)),
         _ => None,
     };
     let verdict = (cfg.system != System::Ceiling).then(|| verdict::judge(&seen));
@@ -1317,6 +1443,8 @@ fn report(cfg: &Config, m: Measured, read_retries: u64, incomplete: Option<Strin
         fates,
         shares,
         sold_out_latency: (!sold_out_ms.is_empty()).then(|| Latency::of(sold_out_ms)),
+        unavailable_answers,
+        escrow_waits: EscrowWaits::of(&waits),
         reached_object,
         sell_out_ms: None,
         settle_ms: m.settle_ms,

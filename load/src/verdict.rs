@@ -1,9 +1,13 @@
 //! The verdict, checked from outside: what the buyers were told against the
-//! stock and against the orders the database holds.
+//! stock, against the orders the database holds, and against each other
+//! (a `sold_out` answer while units were left, `sold_out`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use flashgate_wire::bounds::SOLD_OUT_LAG_MS;
 use serde::Serialize;
+
+use crate::sold_out::{self, FalseSoldOut, Timeline};
 
 /// An order as the database of record holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,6 +58,15 @@ pub fn peak_units(held: &[Held]) -> u64 {
     peak as u64
 }
 
+/// The product's units available, read once the buyers were done (before
+/// the settling, and before the holds left expire), and when the read was
+/// answered, in µs after the run's start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EndRead {
+    pub available: u64,
+    pub read_us: u64,
+}
+
 /// What the clients saw, and what the systems said afterwards.
 #[derive(Clone, Debug, Default)]
 pub struct Observed {
@@ -72,9 +85,13 @@ pub struct Observed {
     pub orders: Option<Vec<StoredOrder>>,
     /// The reconciliation drift in units, if it was read.
     pub drift_units: Option<i64>,
+    /// The reserves answered `sold_out` or served, and the units that came
+    /// back, with their times.
+    pub timeline: Timeline,
+    pub available_at_end: Option<EndRead>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Verdict {
     /// Units certainly held at one instant beyond the stock.
     pub oversold_units: u64,
@@ -92,6 +109,19 @@ pub struct Verdict {
     /// Whether the database's orders were read, and so the checks on them
     /// made (a run that stopped early may not have got there).
     pub orders_checked: bool,
+    /// Reserves answered `sold_out` (409).
+    pub sold_out_answers: u64,
+    /// Of those, the false ones (`sold_out`): a later reserve got a unit
+    /// with nothing come back since the refusal, `SOLD_OUT_LAG_MS` allowed.
+    pub false_sold_outs: u64,
+    /// The first few, by send time.
+    pub false_sold_out_examples: Vec<FalseSoldOut>,
+    /// The product's units available once the buyers were done, if read.
+    pub available_at_end: Option<u64>,
+    /// Those units, when a buyer was refused `sold_out` and nothing came
+    /// back from its refusal (`SOLD_OUT_LAG_MS` allowed) to the read: they
+    /// were available when it was refused. 0 otherwise.
+    pub available_while_refused: u64,
     pub violations: Vec<String>,
 }
 
@@ -177,7 +207,51 @@ pub fn judge(seen: &Observed) -> Verdict {
         v.violations
             .push(format!("reconciliation drift is {drift} units, not 0"));
     }
+    judge_sold_outs(seen, &mut v);
     v
+}
+
+/// The `sold_out` answers against what the buyers saw after them and the
+/// units left at the end.
+fn judge_sold_outs(seen: &Observed, v: &mut Verdict) {
+    let lag_us = SOLD_OUT_LAG_MS * 1000;
+    v.sold_out_answers = seen.timeline.refused.len() as u64;
+    let judged = sold_out::false_sold_outs(&seen.timeline, lag_us);
+    v.false_sold_outs = judged.count;
+    v.false_sold_out_examples = judged.examples;
+    if let Some(e) = v.false_sold_out_examples.first() {
+        v.violations.push(format!(
+            "{} of {} sold-out answers were false (a later reserve got a unit, nothing came back \
+             in between, lag {SOLD_OUT_LAG_MS} ms), e.g. buyer {} refused: sent at {:.1} ms, \
+             answered at {:.1} ms; buyer {} sent a reserve at {:.1} ms and got a unit",
+            v.false_sold_outs,
+            v.sold_out_answers,
+            e.buyer,
+            e.sent_ms,
+            e.answered_ms,
+            e.later_buyer,
+            e.later_sent_ms
+        ));
+    }
+    let Some(end) = seen.available_at_end else {
+        return;
+    };
+    v.available_at_end = Some(end.available);
+    if end.available == 0 {
+        return;
+    }
+    if let Some(r) = sold_out::refused_while_available(&seen.timeline, lag_us, end.read_us) {
+        v.available_while_refused = end.available;
+        v.violations.push(format!(
+            "{} units were still available at the end (read at {:.1} ms) while buyers were \
+             refused sold_out, e.g. buyer {} at {:.1} ms, with nothing come back since \
+             (lag {SOLD_OUT_LAG_MS} ms)",
+            end.available,
+            end.read_us as f64 / 1000.0,
+            r.buyer,
+            r.sent_us as f64 / 1000.0
+        ));
+    }
 }
 
 #[cfg(test)]
@@ -284,6 +358,87 @@ mod tests {
         o.drift_units = Some(-1);
         assert!(!judge(&o).passed());
         assert_eq!(judge(&o).violations.len(), 1);
+    }
+
+    fn timeline() -> Timeline {
+        use crate::sold_out::{Refused, Served};
+        // a got a unit, b was refused, then c got one.
+        Timeline {
+            served: vec![
+                Served {
+                    buyer: "a".into(),
+                    sent_us: 0,
+                },
+                Served {
+                    buyer: "c".into(),
+                    sent_us: 5_000_000,
+                },
+            ],
+            refused: vec![Refused {
+                buyer: "b".into(),
+                sent_us: 3_000_000,
+                received_us: 3_010_000,
+            }],
+            returned_us: vec![],
+        }
+    }
+
+    #[test]
+    fn a_false_sold_out_fails_the_verdict_and_names_its_buyers() {
+        let mut o = clean();
+        o.timeline = timeline();
+        let v = judge(&o);
+        assert_eq!((v.sold_out_answers, v.false_sold_outs), (1, 1));
+        assert_eq!(v.violations.len(), 1, "{v:?}");
+        assert!(
+            v.violations[0].contains("buyer b refused: sent at 3000.0 ms, answered at 3010.0 ms; buyer c sent a reserve at 5000.0 ms"),
+            "{v:?}"
+        );
+        // A unit back within the lag before the refusal explains it.
+        o.timeline.returned_us.push(2_500_000);
+        let v = judge(&o);
+        assert!(v.passed(), "{v:?}");
+        assert_eq!((v.sold_out_answers, v.false_sold_outs), (1, 0));
+    }
+
+    #[test]
+    fn units_left_while_a_buyer_was_refused_fail_the_verdict() {
+        let mut o = clean();
+        o.timeline = timeline();
+        o.timeline.served.pop();
+        let end = |available| {
+            Some(EndRead {
+                available,
+                read_us: 9_000_000,
+            })
+        };
+        o.available_at_end = end(2);
+        let v = judge(&o);
+        assert_eq!(
+            (v.available_at_end, v.available_while_refused),
+            (Some(2), 2)
+        );
+        assert_eq!(v.violations.len(), 1, "{v:?}");
+        assert!(
+            v.violations[0].starts_with("2 units were still available at the end"),
+            "{v:?}"
+        );
+        // None left, or a unit back after the refusal (a cancel the
+        // buyers made), or nobody refused: it passes.
+        o.available_at_end = end(0);
+        assert!(judge(&o).passed());
+        o.available_at_end = end(2);
+        o.timeline.returned_us.push(8_000_000);
+        assert!(judge(&o).passed());
+        let v = judge(&Observed {
+            available_at_end: end(2),
+            ..clean()
+        });
+        assert!(v.passed(), "{v:?}");
+        assert_eq!(
+            (v.available_at_end, v.available_while_refused),
+            (Some(2), 0)
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Every bound and grammar of a field that crosses between the gate and the
-//! origin, stated once. The gate's core keeps its own limits for its memory
-//! budget; the gate crate checks at compile time that they equal these.
+//! origin, stated once, and the promises the load tools judge the gate by.
+//! The gate's core keeps its own limits for its memory budget; the gate
+//! crate checks at compile time that they equal these.
 
 /// A product id: 1 to 64 bytes of `A-Z a-z 0-9 _ -`.
 pub const PRODUCT_ID_BYTES_MAX: usize = 64;
@@ -14,6 +15,13 @@ pub const ORDER_QUANTITY_MAX: u32 = 1_000;
 pub const STOCK_UNITS_MAX: u64 = 1_000_000_000;
 /// The most orders one batch may carry.
 pub const ORDERS_PER_BATCH_MAX: usize = 500;
+/// The lag of a `sold_out` answer: units that came back (a cancel, an
+/// expiry, a void, a restock) up to this long before a reserve was sent may
+/// still be answered `sold_out`; any other `sold_out` is false if a unit was
+/// available anywhere when it was given. It is the gate's stated promise:
+/// the edge's snapshot freshness is derived from it, and `flashgate-load`
+/// judges every `sold_out` by it.
+pub const SOLD_OUT_LAG_MS: u64 = 1_000;
 /// A reservation id as the gate shows it: 16 lowercase hex digits (the
 /// gate's keyed permutation of its internal id; see `src/ids.rs`).
 pub const RESERVATION_ID_HEX_DIGITS: usize = 16;
