@@ -15,6 +15,10 @@ pub const SESSION_TTL_S: u64 = 60 * 60;
 /// load tool checks it by). A snapshot whose `sold_out` was proven some
 /// time before it was taken answers that much less.
 pub const SNAPSHOT_FRESH_MS: u64 = flashgate_core::escrow::limits::SOLD_OUT_LAG_MS;
+// The core states the lag, the wire contract the load tool checks it by.
+const _: () = assert!(
+    flashgate_core::escrow::limits::SOLD_OUT_LAG_MS == flashgate_wire::bounds::SOLD_OUT_LAG_MS
+);
 
 /// An id naming a stock shard the snapshot does not list is answered
 /// `unknown_reservation` at once from a snapshot younger than this; an
