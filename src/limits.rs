@@ -60,9 +60,11 @@ const _: () = assert!(ADMIN_ORDERS_PAGE_DEFAULT <= ADMIN_ORDERS_PAGE_MAX);
 /// so a native script solves little faster than a page (the measurements
 /// are in ARCHITECTURE.md's table of settings).
 pub const POW_COST_ROUNDS: u32 = 250;
-/// How long a challenge may be answered: longer than the slowest level's
-/// solve in a browser, short enough that a stock of solved payloads goes
-/// stale.
+/// How long a challenge may be answered: long enough for a slow phone's
+/// solve at the highest level (a minute and more on average), so that few
+/// honest solves are thrown away. A stock of payloads solved before a raise
+/// is refused by its level, whatever its age (docs/proof-of-work.md, "When
+/// the level rises"), so a shorter life would buy nothing against it.
 pub const POW_CHALLENGE_TTL_MS: u64 = 5 * 60 * 1000;
 
 // edge/ticket.rs

@@ -92,8 +92,10 @@ pub struct Arrivals {
     pub named: Vec<Named>,
     /// Joins without a valid proof of work: answered with a fresh
     /// challenge, and sent to the infinite queue (a ticket never admitted,
-    /// not counted above). They raise an adaptive proof of work's level
-    /// (`crate::pow`) and are counted in the stats.
+    /// not counted above). They are counted in the stats, and do not raise
+    /// an adaptive proof of work's level (`crate::pow`): they cost their
+    /// senders nothing (a join without a payload is a challenge fetch), so
+    /// counting them would let anyone raise the price for everyone.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub pow_refused: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -121,12 +123,11 @@ impl Arrivals {
         self.is_empty() && self.pow_refused == 0 && self.pow_shadowed == 0
     }
 
-    /// Every join of the report: tickets, and those refused.
-    pub fn joins(&self) -> u64 {
-        let tickets: u64 = self.per_second.iter().map(|&(_, n)| n).sum();
-        (self.prequeue + tickets)
-            .saturating_add(self.pow_refused)
-            .saturating_add(self.pow_shadowed)
+    /// The tickets of the report: joins refused or sent to the infinite
+    /// queue are not among them.
+    pub fn tickets(&self) -> u64 {
+        let regular: u64 = self.per_second.iter().map(|&(_, n)| n).sum();
+        self.prequeue.saturating_add(regular)
     }
 
     /// Counts one ticket.

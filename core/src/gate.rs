@@ -1035,7 +1035,6 @@ impl Gate {
     /// loop (at the buyers' rate limit) would slow the room for all.
     pub fn handle_arrivals(&mut self, now_ms: u64, arrivals: &Arrivals) {
         self.settle(now_ms);
-        self.joins.note(now_ms, arrivals.joins());
         self.counters.pow_refused += arrivals.pow_refused;
         self.counters.pow_shadowed += arrivals.pow_shadowed;
         let mut arrivals = arrivals.clone();
@@ -1046,6 +1045,10 @@ impl Gate {
             let forgotten = arrivals.forget_rejoins(joined);
             self.counters.rejoins_uncounted += forgotten;
         }
+        // The join rate an adaptive proof of work follows is the tickets
+        // counted, each buyer once: a rejoin and a join without a valid
+        // solution cost nothing, and must not raise the price for all.
+        self.joins.note(now_ms, arrivals.tickets());
         if !arrivals.is_empty() {
             let rules = self.admission_rules();
             self.admission.record(now_ms, rules, &arrivals);

@@ -2,7 +2,7 @@
 //! setting, and the level it asks at an instant.
 //!
 //! The edge issues and checks the challenges (`flashgate_wire::altcha`);
-//! the object decides the level, from the setting and the rate of joins
+//! the object decides the level, from the setting and the rate of tickets
 //! every edge reports (`JoinRate`), and publishes it with its snapshot.
 //! A level is the number of hex zeros a derived key must start with: each
 //! multiplies a solver's expected work by 16.
@@ -96,10 +96,13 @@ impl Pow {
     }
 }
 
-/// The joins the edges reported over the last `POW_RATE_WINDOW_S` seconds
-/// of the object's clock: tickets, and joins refused or sent to the
-/// infinite queue. Kept in memory only: after a restart the rate starts
-/// from nothing, and the level from the setting's lowest.
+/// The joins the room counted over the last `POW_RATE_WINDOW_S` seconds of
+/// the object's clock: the tickets the edges reported, each buyer once
+/// (`Arrivals::forget_rejoins`). Joins refused or sent to the infinite
+/// queue, rejoins and challenge fetches cost their senders nothing, so
+/// they do not count: nobody raises the price for everyone for free. Kept
+/// in memory only: after a restart the rate starts from nothing, and the
+/// level from the setting's lowest.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct JoinRate {
     /// `(second, joins)`, one slot per second of the window.

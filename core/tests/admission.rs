@@ -335,3 +335,70 @@ mod lottery {
         assert!(!none.lottery_wanted());
     }
 }
+
+mod pow_rate {
+    use flashgate_core::{Arrivals, ConfigPatch, Gate, Pow, PowMode, Ticket};
+
+    const NOW: u64 = 1_000_000;
+
+    fn ticket(arrived_ms: u64, tiebreak: u32) -> Ticket {
+        Ticket {
+            arrived_ms,
+            tiebreak,
+            shadow: false,
+        }
+    }
+
+    /// An adaptive level follows the tickets the room counts, each buyer
+    /// once: joins refused or sent to the infinite queue, and a buyer's
+    /// rejoins, cost nothing, and raise the price for nobody.
+    #[test]
+    fn only_counted_tickets_raise_an_adaptive_level() {
+        let mut g = Gate::create(
+            NOW,
+            &ConfigPatch {
+                stock_total: Some(10),
+                admit_per_s: Some(1),
+                pow: Some(Pow {
+                    mode: PowMode::Adaptive,
+                    level: 1,
+                    infinite_queue: true,
+                }),
+                ..ConfigPatch::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(g.pow_level(NOW), Some(1));
+        // A flood of free joins, and one buyer rejoining 200 times.
+        let mut free = Arrivals {
+            pow_refused: 10_000,
+            pow_shadowed: 10_000,
+            ..Arrivals::default()
+        };
+        for _ in 0..200 {
+            free.add(&ticket(NOW, 7), None);
+        }
+        g.handle_arrivals(NOW, &free);
+        assert_eq!(
+            g.joins_per_s(NOW),
+            0,
+            "the buyer is counted once: 1 in 10 s"
+        );
+        assert_eq!(g.pow_level(NOW), Some(1));
+        let stats = g.stats(NOW);
+        assert_eq!(
+            (stats.counters.pow_refused, stats.counters.pow_shadowed),
+            (10_000, 10_000),
+            "the stats still count them"
+        );
+        // 200 buyers, each once: 20 a second over the window, past 16 times
+        // the admission rate.
+        let mut crowd = Arrivals::default();
+        for i in 0..200 {
+            crowd.add(&ticket(NOW + 1, 100 + i), None);
+        }
+        g.handle_arrivals(NOW + 1, &crowd);
+        assert_eq!(g.joins_per_s(NOW + 1), 20);
+        assert_eq!(g.pow_level(NOW + 1), Some(4));
+    }
+}

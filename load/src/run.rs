@@ -1220,11 +1220,24 @@ async fn phases(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<()> {
     Ok(())
 }
 
+/// The token and ticket to read the record with: those of a buyer who was
+/// granted a reserve, if any, else any buyer's. The gate shows a ticket of
+/// its infinite queue the record only up to that ticket's place; a ticket
+/// that was admitted is not one of those, so the record it reads bounds
+/// every honest ticket.
+fn record_reader(ends: &[BuyerEnd]) -> Option<(String, String)> {
+    let admitted = ends
+        .iter()
+        .filter(|e| e.seen.admitted_by_ms.is_some())
+        .find_map(|e| e.credentials.clone());
+    admitted.or_else(|| ends.iter().find_map(|e| e.credentials.clone()))
+}
+
 /// Reads what the gate published (the key, the record) and audits the
 /// room against what the buyers saw. A run with no ticket cannot be
 /// audited, and says so.
 async fn audit_sale(ctx: &Ctx, m: &Measured) -> Result<audit::AuditReport> {
-    let Some((token, ticket)) = m.ends.iter().find_map(|e| e.credentials.clone()) else {
+    let Some((token, ticket)) = record_reader(&m.ends) else {
         bail!("--audit: no buyer got a ticket (is there a waiting room?)");
     };
     let product: serde_json::Value = read(
@@ -1479,4 +1492,30 @@ pub fn no_payment_keys(asked: Shares) -> String {
         asked.cancel,
         asked.abandon()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn end(name: &str, admitted: bool) -> BuyerEnd {
+        let mut e = BuyerEnd {
+            credentials: Some((format!("token-{name}"), format!("ticket-{name}"))),
+            ..BuyerEnd::default()
+        };
+        e.seen.admitted_by_ms = admitted.then_some(1);
+        e
+    }
+
+    #[test]
+    fn the_record_is_read_with_an_admitted_buyers_ticket_first() {
+        let ends = [
+            BuyerEnd::default(),
+            end("waited", false),
+            end("served", true),
+        ];
+        assert_eq!(record_reader(&ends).unwrap().1, "ticket-served");
+        assert_eq!(record_reader(&ends[..2]).unwrap().1, "ticket-waited");
+        assert_eq!(record_reader(&ends[..1]), None);
+    }
 }

@@ -6,8 +6,11 @@
 //! setting and the join rate every edge reports (`flashgate_core::pow`).
 //! A challenge is stateless: signed under a key derived from `ID_SECRET`,
 //! bound to the buyer and the product, and valid for `POW_CHALLENGE_TTL_MS`.
-//! A replayed payload only repeats its buyer's join, which counts the
-//! buyer once (`Arrivals::forget_rejoins`).
+//! A join pays the level asked when it arrives: a payload solved at a lower
+//! level, before the level rose, gets a fresh challenge at the level now
+//! (docs/proof-of-work.md, "When the level rises"). A replayed payload only
+//! repeats its buyer's join, which counts the buyer once
+//! (`Arrivals::forget_rejoins`).
 
 use flashgate_wire::altcha::{self, Binding, Challenge, PowError};
 
@@ -58,6 +61,14 @@ impl PowKey {
     }
 
     /// What a join carrying `payload` gets, under the room's `pow`.
+    ///
+    /// A payload below the level asked now answers a challenge this gate
+    /// issued to this buyer for this product before the level rose. It gets
+    /// a fresh challenge at the level now, in the infinite queue too: an
+    /// honest buyer caught mid-solve by a raise loses that solve and no
+    /// more, where a ticket of the infinite queue would lose it the sale.
+    /// It tells a script nothing: the level asked is public (the product's
+    /// `pow.asking`), and the check comes before the solution's.
     pub fn join(
         &self,
         pow: Option<PowNow>,
@@ -71,10 +82,20 @@ impl PowKey {
         };
         let refused = match payload {
             None => None,
-            Some(text) => match self.0.verify(text, product, buyer, POW_COST_ROUNDS, now_ms) {
-                Ok(_) => return JoinAnswer::Ticket,
-                Err(e) => Some(e),
-            },
+            Some(text) => {
+                let asked = Binding {
+                    buyer: buyer.into(),
+                    level: pow.level,
+                    product: product.into(),
+                };
+                match self.0.verify(text, &asked, POW_COST_ROUNDS, now_ms) {
+                    Ok(_) => return JoinAnswer::Ticket,
+                    Err(PowError::LevelRaised) => {
+                        return JoinAnswer::Challenge(Some(PowError::LevelRaised))
+                    }
+                    Err(e) => Some(e),
+                }
+            }
         };
         if pow.infinite_queue {
             JoinAnswer::Shadow
@@ -118,8 +139,12 @@ mod tests {
     const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
 
     fn solved(k: &PowKey, product: &str, buyer: &str, now_ms: u64) -> String {
-        let c = k.challenge(product, buyer, 1, &[3; 32], now_ms);
-        payload(&c, &solve(&c, 1 << 16).unwrap())
+        solved_at(k, product, buyer, 1, now_ms)
+    }
+
+    fn solved_at(k: &PowKey, product: &str, buyer: &str, level: u8, now_ms: u64) -> String {
+        let c = k.challenge(product, buyer, level, &[3; 32], now_ms);
+        payload(&c, &solve(&c, 1 << 20).unwrap())
     }
 
     const ON: PowNow = PowNow {
@@ -195,6 +220,57 @@ mod tests {
             k.join(Some(inf), Some(&good), "p1", "bob", NOW),
             JoinAnswer::Shadow
         );
+    }
+
+    /// A payload solved before the level rose (a farm's stock, or an honest
+    /// buyer's solve the raise overtook) gets a fresh challenge at the level
+    /// now, in the infinite queue too; one solved at or above it is taken.
+    #[test]
+    fn a_join_pays_the_level_asked_when_it_arrives() {
+        let k = PowKey::new(SECRET);
+        let level_1 = solved_at(&k, "p1", "alice", 1, NOW);
+        let level_2 = solved_at(&k, "p1", "alice", 2, NOW);
+        for infinite_queue in [false, true] {
+            let at = |level| {
+                Some(PowNow {
+                    level,
+                    infinite_queue,
+                })
+            };
+            for asked in [2, 3, 4] {
+                assert_eq!(
+                    k.join(at(asked), Some(&level_1), "p1", "alice", NOW),
+                    JoinAnswer::Challenge(Some(PowError::LevelRaised)),
+                    "level 1 when {asked} is asked"
+                );
+            }
+            assert_eq!(
+                k.join(at(3), Some(&level_2), "p1", "alice", NOW),
+                JoinAnswer::Challenge(Some(PowError::LevelRaised))
+            );
+            for asked in [1, 2] {
+                assert_eq!(
+                    k.join(at(asked), Some(&level_2), "p1", "alice", NOW),
+                    JoinAnswer::Ticket
+                );
+            }
+            // Another buyer's payload below the level is still a cheat:
+            // the infinite queue takes it as it takes any other.
+            let bobs = solved_at(&k, "p1", "bob", 1, NOW);
+            assert_eq!(
+                k.join(at(2), Some(&bobs), "p1", "alice", NOW),
+                if infinite_queue {
+                    JoinAnswer::Shadow
+                } else {
+                    JoinAnswer::Challenge(Some(PowError::OtherBuyer))
+                }
+            );
+        }
+        let fresh = k.challenge("p1", "alice", 3, &[4; 32], NOW);
+        let p = required(&fresh, Some(PowError::LevelRaised)).document();
+        assert_eq!(p.status, 403);
+        assert_eq!(p.extra["reason"], "level_raised");
+        assert_eq!(p.extra["expected_tries"], 4_096);
     }
 
     #[test]

@@ -30,11 +30,52 @@ async function solvedFor(api, product, buyer) {
   return solve(c.body);
 }
 
+/** The level the edge asks of `product`'s joins now: a challenge's, which
+ * comes from the same snapshot a join is checked against. A challenge
+ * fetch is free and counts nowhere. */
+const asking = async (api, product) => (await api.challenge(product, "watcher")).body.parameters.data.level;
+
+/** Waits until the edge asks at least `level` of `product`'s joins. */
+async function untilAsking(api, product, level) {
+  let now;
+  for (const until = Date.now() + 10_000; Date.now() < until; await sleep(200)) {
+    now = await asking(api, product);
+    if (now >= level) return now;
+  }
+  assert.fail(`${product} still asks level ${now}, not ${level}`);
+}
+
+/** `product`'s queue stats once the edge has reported at least `refused`
+ * refusals (a product read brings the refresh that carries the report). */
+async function refusalsReported(api, product, refused) {
+  let q;
+  for (const until = Date.now() + 5_000; Date.now() < until; await sleep(300)) {
+    await api.product(product);
+    q = (await api.stats(product)).body;
+    if (q.queue.pow_refused >= refused) break;
+  }
+  return q;
+}
+
+/** Whether place `a` comes before `b` in the waiting room's order (the
+ * record's `QueueKey`): the pre-queue first, by tiebreak; then by arrival,
+ * ties by tiebreak. */
+const rank = (k) => (k.kind === "prequeue" ? [0, k.tiebreak, k.arrived_ms] : [1, k.arrived_ms, k.tiebreak]);
+function before(a, b) {
+  const [x, y] = [rank(a), rank(b)];
+  for (let i = 0; i < 3; i++) if (x[i] !== y[i]) return x[i] < y[i];
+  return false;
+}
+
 system.test("a join without a valid proof of work gets a fresh challenge and no ticket, and changes nothing", async () => {
   const api = system.api;
   const P = "pow-fixed";
-  const put = await api.put(P, { stock_total: 10, admit_per_s: 50, pow: { mode: "fixed", level: 2 } });
+  // Level 1 first: alice solves a challenge, then the admin raises it.
+  const put = await api.put(P, { stock_total: 10, admit_per_s: 50, pow: { mode: "fixed", level: 1 } });
   assert.equal(put.status, 201, JSON.stringify(put.body));
+  const cheaper = await solvedFor(api, P, "alice");
+  assert.equal((await api.put(P, { pow: { mode: "fixed", level: 2 } })).status, 200);
+  await untilAsking(api, P, 2);
   await api.put("pow-other", { stock_total: 10, admit_per_s: 50, pow: { mode: "fixed", level: 2 } });
   const product = await api.product(P);
   assert.deepEqual(product.body.pow, { mode: "fixed", level: 2, asking: 2 });
@@ -78,6 +119,8 @@ system.test("a join without a valid proof of work gets a fresh challenge and no 
     lazy: [encode({ ...g, solution: { counter: lazyCounter, derivedKey: lazyKey } }), lazyKey.startsWith("00") ? null : "wrong"],
     junk: ["bm90IGpzb24=", "malformed"],
     huge: ["A".repeat(2100), "malformed"],
+    // Solved right, at the level asked before the raise.
+    before_the_raise: [cheaper, "level_raised"],
   };
   const before = (await api.stats(P)).body.queue;
   let refusals = 0;
@@ -198,29 +241,225 @@ system.test("the infinite queue: a join without a solution gets a ticket like an
   assert.equal(q.pow_infinite_queue, true);
 });
 
-system.test("adaptive proof of work rises with the join rate, and is stated in the challenge", async () => {
+/** A farm's stock of payloads solved at level 1, and the state before it
+ * joins with them once the room asks more: each join is refused with a
+ * fresh challenge at the level now (in the infinite queue too), no ticket
+ * is counted, and only the refusals are. */
+async function farmRefused(api, P, farm, stock, level) {
+  const before = (await api.stats(P)).body;
+  for (const [i, b] of farm.entries()) {
+    const r = await api.join(P, b, { "flashgate-pow": stock[i] });
+    assert.equal(r.status, 403, `${b}: ${JSON.stringify(r.body)}`);
+    assert.deepEqual([r.body.code, r.body.reason, r.body.ticket], ["pow_required", "level_raised", undefined], b);
+    const fresh = r.body.challenge.parameters;
+    assert.ok(fresh.data.level >= level, JSON.stringify(fresh));
+    assert.deepEqual([fresh.data.buyer, fresh.keyPrefix], [b, "0".repeat(fresh.data.level)]);
+    assert.equal(r.body.expected_tries, 16 ** fresh.data.level);
+  }
+  const after = await refusalsReported(api, P, before.queue.pow_refused + farm.length);
+  assert.equal(after.queue.pow_refused, before.queue.pow_refused + farm.length, JSON.stringify(after.queue));
+  assert.deepEqual(
+    [after.queue.reported, after.queue.rejoins_uncounted, after.queue.pow_shadowed, after.available, after.held],
+    [before.queue.reported, before.queue.rejoins_uncounted, before.queue.pow_shadowed, before.available, before.held],
+  );
+}
+
+system.test("a payload solved before the level rose does not join at the old price (fixed, both kinds of room)", async () => {
+  const api = system.api;
+  for (const infinite_queue of [false, true]) {
+    const P = `pow-raised${infinite_queue ? "-infinite" : ""}`;
+    const put = await api.put(P, { stock_total: 10, admit_per_s: 50, pow: { mode: "fixed", level: 1, infinite_queue } });
+    assert.equal(put.status, 201, JSON.stringify(put.body));
+    // A farm of 12 accounts solves at level 1, then the admin raises it.
+    const farm = Array.from({ length: 12 }, (_, i) => `farm${i}`);
+    const stock = await Promise.all(farm.map((b) => solvedFor(api, P, b)));
+    assert.equal(decode(stock[0]).challenge.parameters.data.level, 1);
+    assert.equal((await api.put(P, { pow: { mode: "fixed", level: 4, infinite_queue } })).status, 200);
+    await untilAsking(api, P, 4);
+    await farmRefused(api, P, farm, stock, 4);
+  }
+});
+
+system.test("a payload solved before the level rose does not join at the old price (adaptive)", async () => {
+  const api = system.api;
+  const P = "pow-raised-adaptive";
+  const put = await api.put(P, { stock_total: 10, admit_per_s: 1, pow: { mode: "adaptive", level: 1 } });
+  assert.equal(put.status, 201, JSON.stringify(put.body));
+  // The farm fetches and solves its challenges while the room is quiet,
+  // at level 1; then a paying crowd raises the level.
+  const farm = Array.from({ length: 12 }, (_, i) => `farm${i}`);
+  const stock = await Promise.all(farm.map((b) => solvedFor(api, P, b)));
+  assert.equal(await asking(api, P), 1);
+  const crowd = Array.from({ length: 60 }, (_, i) => `rush${i}`);
+  const paid = await Promise.all(crowd.map((b) => solvedFor(api, P, b)));
+  await Promise.all(crowd.map((b, i) => api.join(P, b, { "flashgate-pow": paid[i] })));
+  const level = await untilAsking(api, P, 2);
+  await farmRefused(api, P, farm, stock, level);
+});
+
+/** An honest buyer caught by a raise: it fetched a challenge at `from` and
+ * solved it while the level rose to `to`; its join is asked once more, at
+ * `to`, and the second solve joins. The number of solves it made. */
+async function caughtByARaise(api, P, buyer, raise, to) {
+  const c = await api.challenge(P, buyer);
+  const solving = solve(c.body); // under way while the admin raises
+  await raise();
+  await untilAsking(api, P, to);
+  const first = await api.join(P, buyer, { "flashgate-pow": await solving });
+  assert.equal(first.status, 403, JSON.stringify(first.body));
+  assert.deepEqual([first.body.code, first.body.reason], ["pow_required", "level_raised"]);
+  assert.equal(first.body.challenge.parameters.data.level, to);
+  const second = await api.join(P, buyer, { "flashgate-pow": await solve(first.body.challenge) });
+  assert.equal(second.status, 201, JSON.stringify(second.body));
+  return second.body.ticket;
+}
+
+system.test("an honest buyer mid-solve when the level rises joins after one more solve, and is admitted (the infinite queue too)", async () => {
+  const api = system.api;
+  for (const infinite_queue of [false, true]) {
+    const P = `pow-midsolve${infinite_queue ? "-infinite" : ""}`;
+    const put = await api.put(P, { stock_total: 10, admit_per_s: 50, pow: { mode: "fixed", level: 1, infinite_queue } });
+    assert.equal(put.status, 201, JSON.stringify(put.body));
+    const ticket = await caughtByARaise(api, P, "honest", () => api.put(P, { pow: { mode: "fixed", level: 2, infinite_queue } }), 2);
+    // A ticket in the line, not the infinite queue's: counted, admitted,
+    // and it reserves.
+    let r;
+    for (const until = Date.now() + 8_000; Date.now() < until; await sleep(300)) {
+      r = await api.reserve(P, "honest", 1, `k-${P}`, { "flashgate-ticket": ticket });
+      if (r.status === 201) break;
+    }
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const q = (await api.stats(P)).body.queue;
+    assert.deepEqual([q.reported, q.pow_refused, q.pow_shadowed], [1, 1, 0], JSON.stringify(q));
+  }
+});
+
+system.test("a bot's poll, record and reserve agree that it is not admitted, beside an honest ticket's that agree it is", async () => {
+  const api = system.api;
+  const P = "pow-agree";
+  const put = await api.put(P, { stock_total: 20, admit_per_s: 5, pow: { mode: "fixed", level: 1, infinite_queue: true } });
+  assert.equal(put.status, 201, JSON.stringify(put.body));
+  await api.product(P);
+  // Bots join first, without a solution; honest buyers after them.
+  const bots = ["bot1", "bot2", "bot3"];
+  const botTickets = (await Promise.all(bots.map((b) => api.join(P, b)))).map((r) => {
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    return r.body.ticket;
+  });
+  await sleep(50);
+  const honest = ["fair1", "fair2"];
+  const tickets = [];
+  for (const h of honest) {
+    const r = await api.join(P, h, { "flashgate-pow": await solvedFor(api, P, h) });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    tickets.push(r.body.ticket);
+  }
+  // Until the honest buyers are admitted, so that the watermark has
+  // passed every bot's place.
+  let fair;
+  for (const until = Date.now() + 10_000; Date.now() < until; await sleep(300)) {
+    fair = await Promise.all(honest.map((h, i) => api.record(P, h, tickets[i])));
+    if (fair.every((r) => r.body.ticket.admitted)) break;
+  }
+  for (const [i, h] of honest.entries()) {
+    const rec = fair[i].body;
+    assert.equal(rec.ticket.admitted, true, JSON.stringify(rec));
+    assert.equal(typeof rec.ticket.admitted_at_ms, "number");
+    assert.ok(before(rec.ticket.place, rec.now.below));
+    assert.equal((await api.standing(P, h, tickets[i])).body.admitted, true);
+  }
+  const shown = fair[0].body;
+  const stateBefore = (await api.stats(P)).body;
+  for (const [i, b] of bots.entries()) {
+    const poll = await api.standing(P, b, botTickets[i]);
+    const rec = (await api.record(P, b, botTickets[i])).body;
+    // The honest record has passed it: its place is below the watermark
+    // an honest ticket is shown.
+    assert.ok(before(rec.ticket.place, shown.now.below), JSON.stringify([rec.ticket.place, shown.now.below]));
+    // Its own answers agree: not admitted, in the poll, in the record
+    // (its place is not below the watermark it is shown, nor below any
+    // point of it), and at the reserve.
+    assert.deepEqual([poll.status, poll.body.admitted], [200, false], JSON.stringify(poll.body));
+    assert.ok(poll.body.position >= 1);
+    assert.deepEqual([rec.ticket.admitted, rec.ticket.admitted_at_ms], [false, null], JSON.stringify(rec));
+    assert.equal(before(rec.ticket.place, rec.now.below), false, JSON.stringify(rec));
+    for (const p of rec.points) assert.equal(before(rec.ticket.place, p.below), false, JSON.stringify(p));
+    // The same shape as an honest record, and the points it shows are
+    // the record's own.
+    assert.deepEqual(Object.keys(rec).sort(), Object.keys(shown).sort());
+    assert.deepEqual(Object.keys(rec.ticket).sort(), Object.keys(shown.ticket).sort());
+    assert.deepEqual(rec.points, shown.points.slice(0, rec.points.length));
+    assert.deepEqual(rec.lottery, shown.lottery);
+    const r = await api.reserve(P, b, 1, `k-${b}`, { "flashgate-ticket": botTickets[i] });
+    assert.deepEqual([r.status, r.body.code], [403, "not_admitted"], JSON.stringify(r.body));
+  }
+  // The honest ones reserve; the bots' refusals changed nothing.
+  const stateAfter = (await api.stats(P)).body;
+  assert.deepEqual(
+    [stateAfter.available, stateAfter.held, stateAfter.queue.reported, stateAfter.counters.reserve],
+    [stateBefore.available, stateBefore.held, stateBefore.queue.reported, stateBefore.counters.reserve],
+  );
+  for (const [i, h] of honest.entries()) {
+    const r = await api.reserve(P, h, 1, `k-${h}`, { "flashgate-ticket": tickets[i] });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+  }
+});
+
+system.test("adaptive proof of work rises with the joins that paid, and is stated in the challenge", async () => {
   const api = system.api;
   const P = "pow-adaptive";
   const put = await api.put(P, { stock_total: 10, admit_per_s: 1, pow: { mode: "adaptive", level: 1 } });
   assert.equal(put.status, 201, JSON.stringify(put.body));
   await api.product(P);
-  const first = await api.challenge(P, "alice");
-  assert.equal(first.body.parameters.data.level, 1, "quiet: the lowest level");
-  // A crowd of joins without solutions: 300 in about a second, 30 a
-  // second over the 10 s window, past 16 times the admission rate.
-  await Promise.all(Array.from({ length: 300 }, (_, i) => api.join(P, `crowd${i}`)));
-  let level = 1;
-  let q;
-  for (const until = Date.now() + 8_000; Date.now() < until && level < 4; await sleep(300)) {
-    level = (await api.challenge(P, "alice")).body.parameters.data.level;
-    q = (await api.stats(P)).body.queue;
+  assert.equal(await asking(api, P), 1, "quiet: the lowest level");
+  // A crowd of 60 buyers who paid level 1, joining at once: at least 20
+  // are counted before the level rises (the edge reports once a second),
+  // 2 a second over the 10 s window, past the admission rate.
+  const crowd = Array.from({ length: 60 }, (_, i) => `crowd${i}`);
+  const payloads = await Promise.all(crowd.map((b) => solvedFor(api, P, b)));
+  const joins = await Promise.all(crowd.map((b, i) => api.join(P, b, { "flashgate-pow": payloads[i] })));
+  // Those that came after the level rose were asked the level now.
+  for (const j of joins) {
+    assert.ok(j.status === 201 || (j.status === 403 && j.body.reason === "level_raised"), JSON.stringify(j.body));
   }
-  assert.equal(level, 4, `level ${level} at ${JSON.stringify(q)}`);
+  const level = await untilAsking(api, P, 2);
   const c = await api.challenge(P, "alice");
-  assert.equal(c.body.parameters.keyPrefix, "0000");
-  assert.equal(c.body.expected_tries, 65536);
-  assert.ok(q.joins_per_s >= 17 && q.pow_level >= 4, JSON.stringify(q));
-  assert.equal((await api.product(P)).body.pow.asking >= 4, true);
+  assert.equal(c.body.parameters.keyPrefix, "0".repeat(level));
+  assert.equal(c.body.expected_tries, 16 ** level);
+  const q = (await api.stats(P)).body.queue;
+  assert.ok(q.joins_per_s >= 2 && q.pow_level === level, JSON.stringify(q));
+  assert.equal((await api.product(P)).body.pow.asking >= level, true);
+});
+
+system.test("free joins, rejoins and challenge fetches do not raise an adaptive level", async () => {
+  const api = system.api;
+  const P = "pow-adaptive-free";
+  const put = await api.put(P, { stock_total: 10, admit_per_s: 1, pow: { mode: "adaptive", level: 1, infinite_queue: true } });
+  assert.equal(put.status, 201, JSON.stringify(put.body));
+  await api.product(P);
+  // 300 challenge fetches, 300 joins without a payload (infinite-queue
+  // tickets), 300 with a forged one, and one buyer who paid rejoining 30
+  // times with the same payload: 30 a second and more, for nothing.
+  const paid = await solvedFor(api, P, "rejoiner");
+  await Promise.all(Array.from({ length: 300 }, (_, i) => api.challenge(P, `fetcher${i}`)));
+  const free = await Promise.all(Array.from({ length: 300 }, (_, i) => api.join(P, `free${i}`)));
+  const forged = await Promise.all(Array.from({ length: 300 }, (_, i) => api.join(P, `forged${i}`, { "flashgate-pow": "e30=" })));
+  for (const j of [...free, ...forged]) assert.equal(j.status, 201, JSON.stringify(j.body));
+  for (let i = 0; i < 30; i++) {
+    const r = await api.join(P, "rejoiner", { "flashgate-pow": paid });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+  }
+  // Every report in: the stats count them, and the level has not moved.
+  let q;
+  for (const until = Date.now() + 5_000; Date.now() < until; await sleep(300)) {
+    await api.product(P);
+    q = (await api.stats(P)).body.queue;
+    if (q.pow_shadowed >= 600 && q.reported + q.rejoins_uncounted >= 30) break;
+  }
+  assert.equal(q.pow_shadowed, 600, JSON.stringify(q));
+  assert.deepEqual([q.reported, q.rejoins_uncounted], [1, 29], JSON.stringify(q));
+  assert.deepEqual([q.joins_per_s, q.pow_level], [0, 1], JSON.stringify(q));
+  assert.equal(await asking(api, P), 1);
 });
 
 system.test("a challenge is asked as a join is: a buyer, a known product, a room that asks one", async () => {

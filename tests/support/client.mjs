@@ -80,6 +80,9 @@ export function client(base, adminToken = ADMIN_TOKEN) {
     /** A ticket's standing in the waiting room. */
     standing: (product, buyer, ticket, extra = {}) =>
       fetchAgain(`${base_(product)}/queue`, { headers: asBuyer(buyer, { "flashgate-ticket": ticket, ...extra }) }).then(json),
+    /** The waiting room's admission record, with the ticket's own place. */
+    record: (product, buyer, ticket, extra = {}) =>
+      fetchAgain(`${base_(product)}/queue/record`, { headers: asBuyer(buyer, { "flashgate-ticket": ticket, ...extra }) }).then(json),
     reservation: (product, buyer, rid) => fetchAgain(`${base_(product)}/reservations/${rid}`, { headers: asBuyer(buyer) }).then(json),
     /** A confirmation from the shop's payment backend, signed. */
     confirm: (product, buyer, rid, paymentRef = `pay-${rid}`, { keys = PAYMENT_KEYS } = {}) => {

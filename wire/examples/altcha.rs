@@ -36,7 +36,7 @@ fn main() {
     let n = 2_000;
     let t = Instant::now();
     for _ in 0..n {
-        key.verify(&text, "p1", "alice", cost, 0).expect("valid");
+        key.verify(&text, &binding(1), cost, 0).expect("valid");
     }
     let verify_us = t.elapsed().as_secs_f64() * 1e6 / n as f64;
     println!("{{\"verify_us\": {verify_us:.1}, \"cost\": {cost}}}");

@@ -9,7 +9,10 @@
 //! level. Its `signature` is the hex HMAC-SHA256 of the parameters as
 //! canonical JSON (keys sorted), under a secret only the edge holds, so the
 //! challenge is stateless: the edge keeps nothing between issuing it and
-//! checking the answer.
+//! checking the answer. A payload is taken only at the level asked when it
+//! arrives, or above: one solved before the level rose is refused
+//! (`LevelRaised`), so a join pays the price in force, not the price when
+//! its challenge was issued.
 //!
 //! A solver tries counters 0, 1, 2, … until `PBKDF2(nonce ‖ counter as u32
 //! big-endian, salt, cost)` written in hex starts with `keyPrefix`. Each
@@ -119,6 +122,9 @@ pub enum PowError {
     Expired,
     OtherProduct,
     OtherBuyer,
+    /// The challenge's level is below the level asked now: it was issued
+    /// before the level rose.
+    LevelRaised,
     /// The counter does not give a key with the prefix, or the key given is
     /// not the one it derives.
     Wrong,
@@ -133,6 +139,9 @@ impl PowError {
             PowError::Expired => "the proof of work's challenge has expired",
             PowError::OtherProduct => "the proof of work was for another product",
             PowError::OtherBuyer => "the proof of work was another buyer's",
+            PowError::LevelRaised => {
+                "the waiting room asks a higher level of proof of work than this one was solved at"
+            }
             PowError::Wrong => "the proof of work's solution is wrong",
         }
     }
@@ -145,6 +154,7 @@ impl PowError {
             PowError::Expired => "expired",
             PowError::OtherProduct => "other_product",
             PowError::OtherBuyer => "other_buyer",
+            PowError::LevelRaised => "level_raised",
             PowError::Wrong => "wrong",
         }
     }
@@ -205,13 +215,17 @@ impl PowSecret {
     }
 
     /// The payload's binding, if it answers a challenge this secret signed,
-    /// unexpired at `now_ms`, for `product` and `buyer`, with a right
-    /// solution. `cost` is the only cost this gate issues.
+    /// unexpired at `now_ms`, for `asked`'s product and buyer, at
+    /// `asked.level` or above, with a right solution. `cost` is the only
+    /// cost this gate issues.
+    ///
+    /// The level is checked before the derivation, as the signature, the
+    /// expiry and the binding are: a payload refused for any of them costs
+    /// a few hashes.
     pub fn verify(
         &self,
         text: &str,
-        product: &str,
-        buyer: &str,
+        asked: &Binding,
         cost: u32,
         now_ms: u64,
     ) -> Result<Binding, PowError> {
@@ -251,11 +265,14 @@ impl PowSecret {
         if p.expires_at.saturating_mul(1000) <= now_ms {
             return Err(PowError::Expired);
         }
-        if p.data.product != product {
+        if p.data.product != asked.product {
             return Err(PowError::OtherProduct);
         }
-        if p.data.buyer != buyer {
+        if p.data.buyer != asked.buyer {
             return Err(PowError::OtherBuyer);
+        }
+        if p.data.level < asked.level {
+            return Err(PowError::LevelRaised);
         }
         let key = derive(&nonce, &salt, cost, solution.counter);
         let hex_key = hex::encode(key);
@@ -323,6 +340,15 @@ mod tests {
         }
     }
 
+    /// What a join of `product` by `buyer` asks, at `level`.
+    fn asked(product: &str, buyer: &str, level: u8) -> Binding {
+        Binding {
+            buyer: buyer.into(),
+            level,
+            product: product.into(),
+        }
+    }
+
     fn solved(level: u8) -> (Challenge, Solution) {
         let c = secret().issue(binding(level), COST, &[7; 32], 1_000);
         let s = solve(&c, 1 << 20).expect("a level-2 challenge solves");
@@ -348,28 +374,58 @@ mod tests {
         let text = payload(&c, &s);
         let k = secret();
         assert_eq!(
-            k.verify(&text, "p1", "alice", COST, 999_000),
+            k.verify(&text, &asked("p1", "alice", 2), COST, 999_000),
             Ok(binding(2))
         );
         assert_eq!(
-            k.verify(&text, "p1", "alice", COST, 1_000_000),
+            k.verify(&text, &asked("p1", "alice", 2), COST, 1_000_000),
             Err(PowError::Expired)
         );
         assert_eq!(
-            k.verify(&text, "p2", "alice", COST, 0),
+            k.verify(&text, &asked("p2", "alice", 2), COST, 0),
             Err(PowError::OtherProduct)
         );
         assert_eq!(
-            k.verify(&text, "p1", "bob", COST, 0),
+            k.verify(&text, &asked("p1", "bob", 2), COST, 0),
             Err(PowError::OtherBuyer)
         );
         assert_eq!(
-            PowSecret::new("another".into()).verify(&text, "p1", "alice", COST, 0),
+            PowSecret::new("another".into()).verify(&text, &asked("p1", "alice", 2), COST, 0),
             Err(PowError::Forged)
         );
         assert_eq!(
-            k.verify(&text, "p1", "alice", COST + 1, 0),
+            k.verify(&text, &asked("p1", "alice", 2), COST + 1, 0),
             Err(PowError::Unsupported)
+        );
+    }
+
+    #[test]
+    fn a_solution_below_the_level_asked_now_is_refused_before_any_derivation() {
+        let (c, s) = solved(2);
+        let text = payload(&c, &s);
+        let k = secret();
+        // The level asked fell, or stayed: taken.
+        for level in [1, 2] {
+            assert_eq!(
+                k.verify(&text, &asked("p1", "alice", level), COST, 0),
+                Ok(binding(2))
+            );
+        }
+        // It rose since the challenge was issued: refused, at any level
+        // above, whatever the solution.
+        for level in [3, 4, LEVEL_MAX] {
+            assert_eq!(
+                k.verify(&text, &asked("p1", "alice", level), COST, 0),
+                Err(PowError::LevelRaised)
+            );
+        }
+        let wrong_key = Solution {
+            derived_key: "00".repeat(32),
+            ..s
+        };
+        assert_eq!(
+            k.verify(&payload(&c, &wrong_key), &asked("p1", "alice", 3), COST, 0),
+            Err(PowError::LevelRaised)
         );
     }
 
@@ -377,7 +433,9 @@ mod tests {
     fn forged_and_wrong_answers_are_refused() {
         let (c, s) = solved(2);
         let k = secret();
-        let v = |c: &Challenge, s: &Solution| k.verify(&payload(c, s), "p1", "alice", COST, 0);
+        let v = |c: &Challenge, s: &Solution| {
+            k.verify(&payload(c, s), &asked("p1", "alice", 2), COST, 0)
+        };
         // The key of another counter: right for that counter, without the
         // prefix (altcha's own verifySolution takes it).
         let lazy_counter = (0..).find(|&n| n != s.counter).unwrap();
@@ -418,7 +476,7 @@ mod tests {
             &"A".repeat(PAYLOAD_BYTES_MAX + 1),
         ] {
             assert_eq!(
-                k.verify(junk, "p1", "alice", COST, 0),
+                k.verify(junk, &asked("p1", "alice", 2), COST, 0),
                 Err(PowError::Malformed),
                 "{junk:.20}"
             );
@@ -431,7 +489,7 @@ mod tests {
         .unwrap()
         .replace(r#""cost":10"#, r#""cost":10,"memoryCost":1"#);
         assert_eq!(
-            k.verify(&STANDARD.encode(json), "p1", "alice", COST, 0),
+            k.verify(&STANDARD.encode(json), &asked("p1", "alice", 2), COST, 0),
             Err(PowError::Malformed)
         );
     }
@@ -456,8 +514,7 @@ mod tests {
         assert_eq!(
             k.verify(
                 text,
-                "p1",
-                "alice",
+                &binding(1),
                 fixture["cost"].as_u64().unwrap() as u32,
                 0
             ),
