@@ -241,11 +241,11 @@ impl ProductGate {
     /// shard's own call home (which may be waiting for home, and would
     /// wait for this).
     fn answer_push(&self, push: &HomePush) -> worker::Result<web_sys::Response> {
-        match self
+        let answered = self
             .object
             .borrow_mut()
-            .answer_push(&mut self.store(), now_ms(), push)
-        {
+            .answer_push(&mut self.store(), now_ms(), push);
+        match answered {
             Ok(Some(answer)) => {
                 self.after_change();
                 let body = serde_json::to_string(&answer)?;
