@@ -600,6 +600,15 @@ impl Pool {
         }
     }
 
+    /// The shards not made yet (home makes them at the product's creation,
+    /// so that they live where home does).
+    pub fn unmade(&self) -> Vec<u16> {
+        (1..self.shards.len())
+            .filter(|&j| !self.shards[j].exists())
+            .map(|j| j as u16)
+            .collect()
+    }
+
     /// The shards that exist and have not said they hold the current rules.
     pub fn behind_rules(&self) -> Vec<u16> {
         (1..self.shards.len())

@@ -627,6 +627,14 @@ impl Gate {
         }
     }
 
+    /// The shards not made yet (`Pool::unmade`).
+    pub fn shards_unmade(&self) -> Vec<u16> {
+        match &self.escrow {
+            Escrow::Home(pool) => pool.unmade(),
+            Escrow::Single | Escrow::Shard(_) => Vec::new(),
+        }
+    }
+
     /// The shards that have not taken home's current rules.
     pub fn rules_behind(&self) -> Vec<u16> {
         match &self.escrow {

@@ -204,6 +204,8 @@ pub struct ProductObject {
     /// yields as many unpredictable keys as the object needs.
     entropy: [u8; 32],
     draws: u64,
+    /// Whether home has tried to make its shards in this life.
+    shards_made: bool,
 }
 
 impl ProductObject {
@@ -219,6 +221,7 @@ impl ProductObject {
             delivery: ShellStatus::default(),
             entropy,
             draws: 0,
+            shards_made: false,
         }
     }
 
@@ -490,16 +493,28 @@ impl ProductObject {
     /// call home, which may be waiting for home): the rules and the grant
     /// taken, a drain's units given back and written, and its report, with
     /// the buyers whose replays must reach it when it has no unit left.
-    /// `None` if this object holds no product: home pushes only to shards
-    /// that exist, so this is a stale message, and nothing is made.
+    /// A shard that does not exist yet is made by home's first push (home
+    /// makes its shards as the product is made, so that they live near it:
+    /// an object is placed near whoever first calls it). Only objects
+    /// send pushes; the edge cannot.
     pub fn answer_push(
         &mut self,
         store: &mut impl Storage,
         now_ms: u64,
+        product_id: &str,
+        at: ShardAt,
         push: &HomePush,
     ) -> Result<Option<ShardAnswer>, StorageError> {
         let result = store.atomically(|s| {
             self.ensure_loaded(s)?;
+            let created = self.product.is_none();
+            if created {
+                self.product = Some(Product::new(
+                    product_id.to_string(),
+                    Gate::shard(at.index(), at.count()),
+                    &self.id_secret,
+                ));
+            }
             let Some(p) = self.product.as_mut() else {
                 return Ok(None);
             };
@@ -508,7 +523,7 @@ impl ProductObject {
             };
             let buyers = (report.levels.available == 0)
                 .then(|| BuyerFilter::from_bloom(p.gate.buyers_filter()));
-            self.persist(s, false)?;
+            self.persist(s, created)?;
             Ok(Some(ShardAnswer { report, buyers }))
         });
         if result.is_err() {
@@ -629,11 +644,18 @@ impl ProductObject {
         Some(drains)
     }
 
-    /// At home, the shards that have not taken the current rules.
-    pub fn rules_behind(&self) -> Vec<u16> {
-        self.product
-            .as_ref()
-            .map_or_else(Vec::new, |p| p.gate.rules_behind())
+    /// At home, the shards that have not taken the current rules, and,
+    /// the first time it is asked, those not made yet. (A shard home
+    /// could not make then is made by its first reserve.)
+    pub fn rules_behind(&mut self) -> Vec<u16> {
+        let make = !std::mem::replace(&mut self.shards_made, true);
+        self.product.as_ref().map_or_else(Vec::new, |p| {
+            let mut shards = p.gate.rules_behind();
+            if make {
+                shards.extend(p.gate.shards_unmade());
+            }
+            shards
+        })
     }
 
     /// At home, when the current rules bind every shard (`None`: now).

@@ -148,9 +148,10 @@ impl ProductGate {
 
     /// At home, after a change of rules: pushed to every shard that has not
     /// taken them, and then, for one that did not answer, a wait until its
-    /// lease on the old rules has ended (at most `RULES_LEASE_MS`).
+    /// lease on the old rules has ended (at most `RULES_LEASE_MS`). A
+    /// product's creation makes its shards so, from home.
     async fn push_rules(&self) {
-        let behind = self.object.borrow().rules_behind();
+        let behind = self.object.borrow_mut().rules_behind();
         if behind.is_empty() {
             return;
         }
@@ -240,11 +241,16 @@ impl ProductGate {
     /// At a stock shard, home's push: answered at once, never behind the
     /// shard's own call home (which may be waiting for home, and would
     /// wait for this).
-    fn answer_push(&self, push: &HomePush) -> worker::Result<web_sys::Response> {
-        let answered = self
-            .object
-            .borrow_mut()
-            .answer_push(&mut self.store(), now_ms(), push);
+    fn answer_push(
+        &self,
+        product_id: &str,
+        at: ShardAt,
+        push: &HomePush,
+    ) -> worker::Result<web_sys::Response> {
+        let answered =
+            self.object
+                .borrow_mut()
+                .answer_push(&mut self.store(), now_ms(), product_id, at, push);
         match answered {
             Ok(Some(answer)) => {
                 self.after_change();
@@ -819,7 +825,11 @@ impl ProductGate {
             // Between objects, answered outside any batch: a shard's report
             // may wait for drains, and a push must never wait for a batch.
             Command::Report { report, .. } => return self.answer_report(report.clone()).await,
-            Command::Push { push, .. } => return self.answer_push(push),
+            Command::Push {
+                product_id,
+                at,
+                push,
+            } => return self.answer_push(product_id, *at, push),
             _ => {}
         }
         // Group commit: wait one tick, so the commands that arrive in it
