@@ -90,8 +90,8 @@ try {
           reserve_p99: reserve?.p99_ms,
           cpu_us_per_request: cpu / report.requests,
           cpu_us_per_1000_clicks: ((cpu + originCpu) / report.requests) * 1000,
-          sync_share: report.escrow?.sync_share ?? 0,
-          transfers_per_1000: report.escrow?.transfers_per_1000_reserves ?? 0,
+          wait_share: report.escrow?.wait_share ?? 0,
+          transfers_per_1000: report.escrow?.reports_per_1000_reserves ?? 0,
           sell_out_ms: report.sell_out_ms,
           sold_out_answers: v?.sold_out_answers ?? 0,
           false_sold_outs: v?.false_sold_outs ?? 0,
@@ -118,7 +118,7 @@ try {
         cpu_us: m((r) => r.cpu_us_per_request),
         cpu_us_spread: spread((r) => r.cpu_us_per_request),
         cpu_ms_per_1000: m((r) => r.cpu_us_per_1000_clicks) / 1000,
-        sync_share: m((r) => r.sync_share),
+        wait_share: m((r) => r.wait_share),
         transfers: m((r) => r.transfers_per_1000),
         sell_out_ms: runs[0].sell_out_ms,
         sold_out_answers: each((r) => r.sold_out_answers),
@@ -154,7 +154,7 @@ for (const r of rows) {
   // per request allows on one core.
   const perObject = Math.min(PLATFORM_WRITES_PER_S, 1e6 / r.cpu_us);
   console.log(
-    `| ${r.workload} | ${r.k} | ${f(r.rps)} | ${f(r.reserves_per_s)} | ${f(r.reserve_p50, 1)} / ${f(r.reserve_p99, 1)} | ${f(r.cpu_us)} (${f(r.cpu_us_spread[0])}–${f(r.cpu_us_spread[1])}) | ${f(ratio(r), 2)} | ${f(r.cpu_ms_per_1000, 1)} | ${f(r.waited)} · ${f(r.wait_p99, 1)} · ${f(r.trips_mean, 2)} | ${f(r.sync_share * 100, 2)}% | ${f(r.transfers, 1)} | ${r.sell_out_ms ?? "-"} | ${r.sold_out_answers} | ${r.false_sold_outs} | ${r.available_at_end} | ${r.available_while_refused} | ${r.unavailable} | ${f(r.k * perObject)} req/s (model) | ${r.verdicts} |`,
+    `| ${r.workload} | ${r.k} | ${f(r.rps)} | ${f(r.reserves_per_s)} | ${f(r.reserve_p50, 1)} / ${f(r.reserve_p99, 1)} | ${f(r.cpu_us)} (${f(r.cpu_us_spread[0])}–${f(r.cpu_us_spread[1])}) | ${f(ratio(r), 2)} | ${f(r.cpu_ms_per_1000, 1)} | ${f(r.waited)} · ${f(r.wait_p99, 1)} · ${f(r.trips_mean, 2)} | ${f(r.wait_share * 100, 2)}% | ${f(r.transfers, 1)} | ${r.sell_out_ms ?? "-"} | ${r.sold_out_answers} | ${r.false_sold_outs} | ${r.available_at_end} | ${r.available_while_refused} | ${r.unavailable} | ${f(r.k * perObject)} req/s (model) | ${r.verdicts} |`,
   );
 }
 for (const w of WORKLOADS) {

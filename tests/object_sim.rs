@@ -25,8 +25,11 @@ use flashgate::ids::IdCodec;
 use flashgate::object::delivery::{self, Attempt};
 use flashgate::object::product::{DeliveryOutcome, Lease, ProductObject, Storage, StorageError};
 use flashgate::protocol::Command;
+use flashgate_core::escrow::limits::SOLD_OUT_LAG_MS;
+use flashgate_core::escrow::{ShardReply, ShardReport};
 use flashgate_core::{
-    Archive, Change, ConfigPatch, HoldState, ItemKey, OutboxEvent, ReservationRow, Row, RowKey,
+    Archive, Change, ConfigPatch, HoldState, HomeStep, ItemKey, OutboxEvent, ReservationRow, Row,
+    RowKey,
 };
 use flashgate_wire::{Batch, BatchResult, Event, EventResult, EventStatus};
 
@@ -877,5 +880,344 @@ fn simulate_the_object_under_faults() {
     // The run must reach the paths it exists for.
     if plan.seeds.len() >= 20 {
         assert!(totals.iter().all(|&t| t > 0), "{totals:?}");
+    }
+}
+
+// ----- K > 1: home and its stock shards, as objects ----------------------
+
+/// Home and its stock shards as `ProductObject`s over storages that fail on
+/// demand, joined the way the Worker's shell joins them
+/// (`src/wasm/object/product.rs`): a shard's batch of reserves calls home
+/// (`home_call_needed`, `report_home`, at most `CALL_ROUNDS_MAX` calls, as
+/// `home_call::BatchCalls` counts them), home answers the report after the
+/// drains it asks for (`answer_report`, `push_for`, each shard's
+/// `answer_push`, `handle_push_answer`), the reply is applied
+/// (`handle_home_reply`) and only then the batch decided (`commands`).
+/// Objects restart (memory lost, storage kept), writes and commits fail.
+///
+/// After every step: no oversell over what storage holds; and every
+/// `sold_out` a shard or home answered is checked, at once, against one
+/// counter of the product (units neither held nor sold anywhere, beyond
+/// those that came back within `SOLD_OUT_LAG_MS`): the object's own call
+/// home path is simulated, not only the core's.
+struct Escrowed {
+    rng: Rng,
+    now: u64,
+    /// Index 0 is home.
+    objects: Vec<(ProductObject, MemStorage)>,
+    shards: u16,
+    /// Units that came back: when, and how many.
+    returns: Vec<(u64, u64)>,
+    key: u64,
+    counts: [u64; 5],
+}
+
+const ESCROWED: &str = "escrowed";
+
+impl Escrowed {
+    fn new(seed: u64) -> Escrowed {
+        let mut rng = Rng::new(seed);
+        let shards = rng.range(2, 6) as u16;
+        let entropy: [u8; 32] = seed.to_le_bytes().repeat(4).try_into().unwrap();
+        let mut objects: Vec<(ProductObject, MemStorage)> = (0..shards)
+            .map(|_| (ProductObject::new(SECRET, entropy), MemStorage::default()))
+            .collect();
+        let create = Command::Configure {
+            product_id: ESCROWED.into(),
+            patch: ConfigPatch {
+                stock_total: Some(rng.range(1, 40)),
+                shards: Some(shards),
+                per_buyer_max: Some(2),
+                quantity_max: Some(2),
+                hold_ttl_ms: Some(3_000),
+                attempts_per_window_max: Some(10_000),
+                ..ConfigPatch::default()
+            },
+        };
+        let (home, store) = &mut objects[0];
+        let reply = home.command(store, &create, 1_000_000).expect("created");
+        assert_eq!(reply.status, 201, "{:?}", reply.body);
+        let mut sim = Escrowed {
+            rng,
+            now: 1_000_000,
+            objects,
+            shards,
+            returns: Vec::new(),
+            key: 0,
+            counts: [0; 5],
+        };
+        // Home makes its shards, as its shell does after the creation.
+        let unmade = sim.objects[0].0.rules_behind();
+        for j in unmade {
+            sim.push(j, false);
+        }
+        sim
+    }
+
+    /// Units held or sold, and the product's total, as storage holds them.
+    fn stored(&self) -> (u64, u64) {
+        let mut committed = 0;
+        let mut total = 0;
+        for (_, store) in &self.objects {
+            for row in store.rows.values() {
+                match row {
+                    Row::Reservation(r)
+                        if matches!(r.state, HoldState::Held | HoldState::Confirmed) =>
+                    {
+                        committed += u64::from(r.quantity)
+                    }
+                    Row::Escrow(e) => {
+                        if let flashgate_core::Escrow::Home(pool) = e.as_ref() {
+                            total = pool.stock_total;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        (committed, total)
+    }
+
+    /// Runs `f` on object `i`, and logs the units that came back in it.
+    fn on<T>(&mut self, i: usize, f: impl FnOnce(&mut ProductObject, &mut MemStorage) -> T) -> T {
+        let before = self.stored().0;
+        let (o, s) = &mut self.objects[i];
+        let t = f(o, s);
+        let after = self.stored().0;
+        if after < before {
+            self.returns.push((self.now, before - after));
+        }
+        t
+    }
+
+    fn push(&mut self, j: u16, drain: bool) {
+        let sent_at = self.now;
+        let Some((product_id, at, push)) = self.objects[0].0.push_for(j, drain) else {
+            return;
+        };
+        let now = self.now;
+        let answer = self.on(usize::from(j), |o, s| {
+            o.answer_push(s, now, &product_id, at, &push)
+        });
+        let answer = answer.ok().flatten();
+        self.on(0, |o, s| {
+            o.handle_push_answer(s, now, j, sent_at, drain, answer)
+        })
+        .ok();
+    }
+
+    /// Home's answer to a report, after the drains it asks for; `None`
+    /// when home failed (its storage), as a failed call.
+    fn home_answers(&mut self, report: &ShardReport) -> Option<ShardReply> {
+        let deadline = self.now + flashgate::limits::ASK_WAIT_MAX_MS;
+        for _ in 0..20 {
+            let now = self.now;
+            let step = self.on(0, |o, s| o.answer_report(s, now, report, now >= deadline));
+            match step {
+                Ok(Ok(HomeStep::Reply(reply))) => return Some(*reply),
+                Ok(Ok(HomeStep::Drain(list))) => {
+                    for j in list {
+                        self.push(j, true);
+                    }
+                    self.now += 2;
+                }
+                Ok(Ok(HomeStep::Wait)) => self.now += 5,
+                Ok(Err(refusal)) => panic!("home refused {report:?}: {refusal:?}"),
+                Err(_) => return None,
+            }
+        }
+        self.now = deadline;
+        None
+    }
+
+    /// A batch at shard `i` (0: home), as the shell runs it.
+    fn batch(&mut self, i: u16, cmds: Vec<Command>) -> Option<Vec<flashgate::http::reply::Reply>> {
+        let idx = usize::from(i);
+        if i == 0 {
+            // Home's own reserves wait for the drains they need.
+            for _ in 0..20 {
+                let now = self.now;
+                let drains = self.objects[0].0.drains_needed(&cmds, now, false);
+                match drains {
+                    Some(list) if list.is_empty() => break,
+                    Some(list) => {
+                        for j in list {
+                            self.push(j, true);
+                        }
+                    }
+                    None => self.now += 5,
+                }
+            }
+        } else {
+            let mut calls = flashgate::object::home_call::BatchCalls::default();
+            loop {
+                let now = self.now;
+                let needed = self.objects[idx].0.home_call_needed(&cmds, now);
+                let Some(need) = calls.next(needed, now) else {
+                    break;
+                };
+                self.counts[0] += 1;
+                let first = cmds.first().cloned();
+                let report = self.on(idx, |o, s| o.report_home(s, now, first.as_ref(), need));
+                let reply = match report {
+                    Ok(Some((_, report))) => self.home_answers(&report),
+                    _ => None,
+                };
+                calls.answered(reply.as_ref().map_or(0, |r| r.drains));
+                let now = self.now;
+                let reply = reply.ok_or_else(|| "no answer".to_string());
+                self.on(idx, |o, s| o.handle_home_reply(s, now, reply)).ok();
+            }
+        }
+        let now = self.now;
+        self.on(idx, |o, s| o.commands(s, &cmds, now)).ok()
+    }
+
+    fn reserve(&mut self) -> String {
+        let i = self.rng.below(u64::from(self.shards)) as u16;
+        let buyer = self.rng.below(40) as usize;
+        let n = self.rng.range(1, 3) as usize;
+        let cmds: Vec<Command> = (0..n)
+            .map(|k| {
+                self.key += 1;
+                let reserve = Command::Reserve {
+                    product_id: ESCROWED.into(),
+                    buyer: format!("b{}-{}", buyer + k, i),
+                    idem_key: format!("k{}", self.key),
+                    quantity: self.rng.range(1, 2) as u32,
+                    ticket: None,
+                };
+                match flashgate::protocol::ShardAt::new(i, self.shards) {
+                    Some(at) => Command::Shard {
+                        product_id: ESCROWED.into(),
+                        at,
+                        operation: flashgate::protocol::ShardOp::of(reserve, |id| id)
+                            .expect("a reserve"),
+                    },
+                    None => reserve,
+                }
+            })
+            .collect();
+        let Some(replies) = self.batch(i, cmds.clone()) else {
+            self.counts[1] += 1;
+            return format!("a batch of {n} at shard {i} failed (storage)");
+        };
+        let (committed, total) = self.stored();
+        let available = total.saturating_sub(committed);
+        let horizon = self.now.saturating_sub(SOLD_OUT_LAG_MS);
+        let lately: u64 = self
+            .returns
+            .iter()
+            .filter(|&&(t, _)| t >= horizon)
+            .map(|&(_, u)| u)
+            .sum();
+        let mut said = Vec::new();
+        for (cmd, reply) in cmds.iter().zip(&replies) {
+            let code = reply.body["code"].as_str().unwrap_or("");
+            said.push(format!("{} {code}", reply.status));
+            let claimed = match code {
+                "sold_out" => 0,
+                "insufficient_stock" => reply.body["available"].as_u64().unwrap_or(0),
+                _ => continue,
+            };
+            self.counts[2] += 1;
+            assert!(
+                available <= claimed + lately,
+                "{cmd:?} at shard {i} was told {code} ({claimed}) while {available} units were available ({lately} came back lately)"
+            );
+        }
+        self.counts[3] += replies.iter().filter(|r| r.status == 503).count() as u64;
+        format!("{n} reserves at shard {i}: {}", said.join(", "))
+    }
+
+    fn step(&mut self) -> String {
+        self.now += self.rng.range(0, 80);
+        match self.rng.below(100) {
+            0..=49 => self.reserve(),
+            50..=59 => {
+                // Time passes: holds expire at their alarms, and shards
+                // report in the background.
+                self.now += self.rng.range(0, 2_000);
+                for i in 0..self.objects.len() {
+                    let now = self.now;
+                    self.on(i, |o, s| o.alarm(s, now)).ok();
+                    if i > 0 {
+                        let report = self.on(i, |o, s| o.report_home(s, now, None, 0));
+                        if let Ok(Some((_, report))) = report {
+                            let reply =
+                                self.home_answers(&report).ok_or_else(|| "lost".to_string());
+                            let now = self.now;
+                            self.on(i, |o, s| o.handle_home_reply(s, now, reply)).ok();
+                        }
+                    }
+                }
+                "time passes".into()
+            }
+            60..=69 => {
+                let i = self.rng.below(self.objects.len() as u64) as usize;
+                self.objects[i].1.fail_write_in = Some(self.rng.below(4) as u32);
+                self.counts[4] += 1;
+                format!("the next write of object {i} fails")
+            }
+            70..=74 => {
+                let i = self.rng.below(self.objects.len() as u64) as usize;
+                let entropy = [7u8; 32];
+                self.objects[i].0 = ProductObject::new(SECRET, entropy);
+                format!("object {i} restarts")
+            }
+            75..=79 => {
+                let i = self.rng.below(self.objects.len() as u64) as usize;
+                self.objects[i].1.fail_commits = 1;
+                format!("the next commit of object {i} fails")
+            }
+            _ => self.reserve(),
+        }
+    }
+}
+
+impl Simulation for Escrowed {
+    type Summary = [u64; 5];
+
+    fn step(&mut self) -> String {
+        Escrowed::step(self)
+    }
+
+    fn check(&mut self, _step: &str) {
+        let (committed, total) = self.stored();
+        assert!(
+            committed <= total,
+            "oversold: {committed} held or sold of {total}"
+        );
+    }
+
+    fn finish(self) -> [u64; 5] {
+        self.counts
+    }
+}
+
+#[test]
+fn simulate_home_and_its_shards_as_objects() {
+    let plan = Plan::from_env("OBJECT_ESCROW_SIM", 60, 1_500);
+    let mut totals = [0u64; 5];
+    for counts in run_plan(&plan, Escrowed::new) {
+        for (t, c) in totals.iter_mut().zip(counts) {
+            *t += c;
+        }
+    }
+    eprintln!(
+        "object escrow sim: {} seeds x {} steps; calls home {}, failed batches {}, sold-out answers checked {}, unavailable {}, failed writes injected {}",
+        plan.seeds.len(),
+        plan.steps,
+        totals[0],
+        totals[1],
+        totals[2],
+        totals[3],
+        totals[4],
+    );
+    if plan.seeds.len() >= 20 {
+        assert!(
+            totals[0] > 0 && totals[2] > 0 && totals[4] > 0,
+            "{totals:?}"
+        );
     }
 }

@@ -175,11 +175,11 @@ pub struct EscrowFigures {
     pub shards: u16,
     /// Reports the shards sent home, and those a buyer waited for.
     pub reports: u64,
-    pub sync_calls: u64,
+    pub waits: u64,
     /// Of the run's reserve requests, the share that waited for a call home.
-    pub sync_share: f64,
+    pub wait_share: f64,
     /// Reports home per 1,000 reserve requests.
-    pub transfers_per_1000_reserves: f64,
+    pub reports_per_1000_reserves: f64,
 }
 
 impl EscrowFigures {
@@ -188,9 +188,9 @@ impl EscrowFigures {
         EscrowFigures {
             shards: e.shards,
             reports: e.reports,
-            sync_calls: e.waits,
-            sync_share: per(e.waits),
-            transfers_per_1000_reserves: per(e.reports) * 1000.0,
+            waits: e.waits,
+            wait_share: per(e.waits),
+            reports_per_1000_reserves: per(e.reports) * 1000.0,
         }
     }
 }
@@ -373,10 +373,10 @@ impl Report {
                 out,
                 "shards: {} · calls home a buyer waited for: {} ({:.2}% of reserves) · reports home: {} ({:.1} per 1,000 reserves)",
                 e.shards,
-                e.sync_calls,
-                e.sync_share * 100.0,
+                e.waits,
+                e.wait_share * 100.0,
                 e.reports,
-                e.transfers_per_1000_reserves
+                e.reports_per_1000_reserves
             );
         }
         if let Some(a) = &self.audit {

@@ -50,8 +50,13 @@ pub fn exists(existing: u64, index: u16) -> bool {
 
 /// The object and command for `cmd` of a product of `shards` stock shards.
 pub fn target(cmd: Command, shards: u16, key: &ShardKey) -> Target {
-    let product_id = cmd.product_id().to_string();
     let index = shard_of(&cmd, shards, key);
+    target_at(cmd, shards, index)
+}
+
+/// `target`, for a command whose shard (`shard_of`) the caller knows.
+pub fn target_at(cmd: Command, shards: u16, index: u16) -> Target {
+    let product_id = cmd.product_id().to_string();
     // Ids carry their shard; the shard knows its own (`IdCodec::on_shard`).
     let local = |id: u64| split(id, shards).1;
     if let Some(at) = ShardAt::new(index, shards) {

@@ -358,6 +358,8 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
     // The product's stock shards, for the commands a shard keeps: they
     // are routed by the snapshot's count (`edge::shards`).
     let mut shards = 1;
+    // A reserve's shard, once its keyed hash is computed.
+    let mut shard = None;
     match &cmd {
         Command::GetProduct { .. } => match lookup(env, &product_id).await {
             Some(Known::Product { body, .. }) => return product_response(&body),
@@ -367,11 +369,12 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
         Command::Reserve { buyer, ticket, .. } => match lookup(env, &product_id).await {
             Some(Known::Product { snapshot, .. }) => {
                 shards = snapshot.shards;
-                let shard = shards::shard_of(&cmd, shards, &settings.shard_key);
-                if let Some(p) = snapshot.reserve_answer(buyer, shard, ticket.as_ref(), now_ms()) {
+                let index = shards::shard_of(&cmd, shards, &settings.shard_key);
+                if let Some(p) = snapshot.reserve_answer(buyer, index, ticket.as_ref(), now_ms()) {
                     return refuse(p);
                 }
-                EDGE.with_borrow_mut(|c| c.routed(&product_id, shard));
+                EDGE.with_borrow_mut(|c| c.routed(&product_id, index));
+                shard = Some(index);
             }
             Some(Known::Unknown) => return refuse(Problem::unknown_product(&product_id)),
             // Without a snapshot the edge does not know the product's
@@ -400,7 +403,10 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
         _ => {}
     }
     let is_reserve = matches!(cmd, Command::Reserve { .. });
-    let target = shards::target(cmd, shards, &settings.shard_key);
+    let target = match shard {
+        Some(index) => shards::target_at(cmd, shards, index),
+        None => shards::target(cmd, shards, &settings.shard_key),
+    };
     let resp = match forward_raw(env, &target.object, &target.command).await {
         Ok(resp) => resp,
         Err(e) => {
