@@ -41,6 +41,9 @@ const ALL_WORKLOADS = [
   // Most of a hot sale's clicks come after it sold out: this one is
   // nearly all such clicks, which the edge answers.
   { name: "after the sell-out: 100 units, 20,000 buyers", stock: 100, buyers: 20_000, connections: 256 },
+  // The sell-out at 32 connections: smaller batches at K = 1 too, for
+  // what group commit gives one object that K objects on one core lose.
+  { name: "sell-out at 32 connections: 5,000 units, 20,000 buyers", stock: 5_000, buyers: 20_000, connections: 32 },
 ];
 /** `BENCH_WORKLOADS=0,2` picks workloads by their place above. */
 const WORKLOADS = (process.env.BENCH_WORKLOADS ?? "0,1,2").split(",").map((i) => ALL_WORKLOADS[Number(i)]);
@@ -64,6 +67,12 @@ function load(args) {
 }
 
 const origin = await startOrigin({});
+/** Batches of orders the origin has committed: each is one delivery from
+ * one object's outbox (a signed request, its answer, and the ack's write). */
+async function originBatches() {
+  const text = await origin.metrics();
+  return Number(/^flashgate_origin_batches_total (\d+)/m.exec(text)?.[1] ?? NaN);
+}
 const gate = await startGate({ vars: gateVars({ originUrl: origin.url }) });
 console.log(`machine: ${cpus().length} cores, ${cpus()[0]?.model ?? "?"}; workerd pid ${gate.proc.pid}, origin pid ${origin.proc?.pid ?? "?"}`);
 const rows = [];
@@ -74,6 +83,7 @@ try {
       const runs = [];
       for (let run = 0; run < RUNS; run++) {
         const product = `shards-${w.stock}-${k}-${run}`;
+        const batchesBefore = await originBatches();
         const cpuBefore = cpuUs(gate.proc.pid);
         const originBefore = origin.proc ? cpuUs(origin.proc.pid) : 0;
         const { report, code } = await load([
@@ -83,6 +93,7 @@ try {
           "--payment-keys", keys.PAYMENT_KEYS, "--origin", origin.url, "--origin-read-token", keys.READ_TOKEN,
         ]);
         const cpu = cpuUs(gate.proc.pid) - cpuBefore;
+        const batches = (await originBatches()) - batchesBefore;
         const originCpu = origin.proc ? cpuUs(origin.proc.pid) - originBefore : NaN;
         if (code !== 0) failed = true;
         const reserve = report.endpoints.reserve?.latency;
@@ -94,6 +105,7 @@ try {
           reserve_p50: reserve?.p50_ms,
           reserve_p99: reserve?.p99_ms,
           cpu_us_per_request: cpu / report.requests,
+          batches_per_1000: (batches / report.requests) * 1000,
           cpu_us_per_1000_clicks: ((cpu + originCpu) / report.requests) * 1000,
           wait_share: report.escrow?.wait_share ?? 0,
           transfers_per_1000: report.escrow?.reports_per_1000_reserves ?? 0,
@@ -123,6 +135,7 @@ try {
         cpu_us: m((r) => r.cpu_us_per_request),
         cpu_us_spread: spread((r) => r.cpu_us_per_request),
         cpu_ms_per_1000: m((r) => r.cpu_us_per_1000_clicks) / 1000,
+        batches_per_1000: m((r) => r.batches_per_1000),
         wait_share: m((r) => r.wait_share),
         transfers: m((r) => r.transfers_per_1000),
         sell_out_ms: runs[0].sell_out_ms,
@@ -151,15 +164,15 @@ const f = (x, d = 0) => (x === null || x === undefined || Number.isNaN(x) ? "-" 
 const base = new Map(rows.filter((r) => r.k === 1).map((r) => [r.workload, r.cpu_us]));
 const ratio = (r) => (base.has(r.workload) ? r.cpu_us / base.get(r.workload) : NaN);
 console.log(`\n${RUNS} run(s) each, medians (CPU: median, min–max over the runs). CPU is workerd's per request (all K shards on one core here); "CPU per 1,000 clicks" adds the origin's. Per-run figures are joined by "/". "Waited for home": reserves whose answer said they waited for their shard's call home (Server-Timing), with the p99 of that wait and the mean round trips.`);
-console.log("| workload | K | req/s | reserves/s | reserve p50 / p99 ms | workerd CPU µs/req | CPU × K = 1 | CPU ms per 1,000 clicks | waited for home: reserves · p99 ms · trips | calls home waited for | reports per 1,000 reserves | first sold-out ms | sold-out answers | false sold-outs | available at end | of it while refused | 503s | model: K × per-object rate | verdict |");
-console.log("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+console.log("| workload | K | req/s | reserves/s | reserve p50 / p99 ms | workerd CPU µs/req | CPU × K = 1 | CPU ms per 1,000 clicks | waited for home: reserves · p99 ms · trips | calls home waited for | reports per 1,000 reserves | origin batches per 1,000 requests | first sold-out ms | sold-out answers | false sold-outs | available at end | of it while refused | 503s | model: K × per-object rate | verdict |");
+console.log("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
 for (const r of rows) {
   // The model: each shard an object of its own on the platform, running at
   // the lesser of the published rate for storage writes and what its CPU
   // per request allows on one core.
   const perObject = Math.min(PLATFORM_WRITES_PER_S, 1e6 / r.cpu_us);
   console.log(
-    `| ${r.workload} | ${r.k} | ${f(r.rps)} | ${f(r.reserves_per_s)} | ${f(r.reserve_p50, 1)} / ${f(r.reserve_p99, 1)} | ${f(r.cpu_us)} (${f(r.cpu_us_spread[0])}–${f(r.cpu_us_spread[1])}) | ${f(ratio(r), 2)} | ${f(r.cpu_ms_per_1000, 1)} | ${f(r.waited)} · ${f(r.wait_p99, 1)} · ${f(r.trips_mean, 2)} | ${f(r.wait_share * 100, 2)}% | ${f(r.transfers, 1)} | ${r.sell_out_ms ?? "-"} | ${r.sold_out_answers} | ${r.false_sold_outs} | ${r.available_at_end} | ${r.available_while_refused} | ${r.unavailable} | ${f(r.k * perObject)} req/s (model) | ${r.verdicts} |`,
+    `| ${r.workload} | ${r.k} | ${f(r.rps)} | ${f(r.reserves_per_s)} | ${f(r.reserve_p50, 1)} / ${f(r.reserve_p99, 1)} | ${f(r.cpu_us)} (${f(r.cpu_us_spread[0])}–${f(r.cpu_us_spread[1])}) | ${f(ratio(r), 2)} | ${f(r.cpu_ms_per_1000, 1)} | ${f(r.waited)} · ${f(r.wait_p99, 1)} · ${f(r.trips_mean, 2)} | ${f(r.wait_share * 100, 2)}% | ${f(r.transfers, 1)} | ${f(r.batches_per_1000, 1)} | ${r.sell_out_ms ?? "-"} | ${r.sold_out_answers} | ${r.false_sold_outs} | ${r.available_at_end} | ${r.available_while_refused} | ${r.unavailable} | ${f(r.k * perObject)} req/s (model) | ${r.verdicts} |`,
   );
 }
 for (const w of WORKLOADS) {

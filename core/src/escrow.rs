@@ -92,6 +92,18 @@ pub mod limits {
     /// answer lost on its way would otherwise leave its returns in transit
     /// and home's view of the shard stale.
     pub const PUSH_ACK_GRACE_MS: u64 = 5_000;
+    /// How long one ask owns home's endgame: while an ask waits for the
+    /// drains it sent, every other ask beyond `U` waits for it, so that the
+    /// units its drains bring into `U` go to it, and two asks cannot take
+    /// one unit from each other for ever. Past this (its shell gave up, or
+    /// home restarted), another may take it.
+    pub const ENDGAME_OWNER_MS: u64 = 1_500;
+    /// How long units just granted to a shard are left to the buyers
+    /// waiting there before home may drain them back: about the time a
+    /// shard takes to decide its buyers after a reply. Shorter, and two
+    /// asking shards pass units back and forth; longer, and an ask waits
+    /// for nothing when the reply was lost.
+    pub const GRANT_IN_USE_MS: u64 = 50;
     /// A reserve that could not be decided (a shard did not answer home's
     /// drain, or home did not answer the shard) is retried after this.
     pub const UNDECIDED_RETRY_MS: u64 = 1_000;
@@ -225,6 +237,8 @@ pub struct Drain {
     pub proven_at_ms: Option<u64>,
     /// The last drain, sent at this instant, got no answer.
     pub failed_at_ms: Option<u64>,
+    /// When an ask last granted the shard units (`GRANT_IN_USE_MS`).
+    pub granted_at_ms: Option<u64>,
 }
 
 /// What home keeps about one shard.
@@ -315,6 +329,10 @@ pub struct Pool {
     /// has version 0.
     #[serde(default = "first_rules")]
     pub rules_version: u64,
+    /// The ask that owns the endgame now (`ENDGAME_OWNER_MS`): its shard,
+    /// and since when. Memory only.
+    #[serde(skip)]
+    pub endgame: Option<(u16, u64)>,
 }
 
 fn first_rules() -> u64 {
@@ -329,6 +347,7 @@ impl Pool {
             stock_total,
             shards: vec![ShardAccount::default(); usize::from(count)],
             rules_version: 1,
+            endgame: None,
         }
     }
 
@@ -447,16 +466,33 @@ impl Pool {
         };
         let short = need.saturating_sub(has);
         let grant_to = |pool: &mut Pool, units: u64| {
-            if i > 0 {
-                pool.grant(index, units);
+            if i > 0 && pool.grant(index, units) > 0 {
+                pool.shards[i].drain.granted_at_ms = Some(now_ms);
             }
+        };
+        // One ask at a time goes beyond `U`: another's waits for it.
+        match self.endgame {
+            Some((owner, since))
+                if owner != index && now_ms.saturating_sub(since) <= limits::ENDGAME_OWNER_MS =>
+            {
+                if short > 0 {
+                    return Ask::Wait;
+                }
+            }
+            Some((owner, _)) if owner != index => self.endgame = None,
+            _ => {}
+        }
+        let answer = |pool: &mut Pool, elsewhere: Elsewhere| {
+            if pool.endgame.is_some_and(|(owner, _)| owner == index) {
+                pool.endgame = None;
+            }
+            Ask::Answer(elsewhere)
         };
         if short <= self.unallocated() {
             let fair = (self.unallocated() - short).div_ceil(u64::from(self.count()));
             grant_to(self, short + refill.min(fair));
-            return Ask::Answer(Elsewhere::Unallocated {
-                units: self.unallocated(),
-            });
+            let units = self.unallocated();
+            return answer(self, Elsewhere::Unallocated { units });
         }
         let others: Vec<usize> = (1..self.shards.len())
             .filter(|&j| j != i && self.shards[j].exists())
@@ -474,9 +510,12 @@ impl Pool {
                 .unwrap_or(now_ms);
             let all = self.unallocated();
             grant_to(self, all);
-            return Ask::Answer(Elsewhere::None {
-                age_ms: now_ms.saturating_sub(oldest),
-            });
+            return answer(
+                self,
+                Elsewhere::None {
+                    age_ms: now_ms.saturating_sub(oldest),
+                },
+            );
         }
         let unreachable = stale.iter().all(|&j| {
             self.shards[j].drain.out_since_ms.is_none() && self.shards[j].failed_recently(now_ms)
@@ -484,14 +523,26 @@ impl Pool {
         if give_up || unreachable {
             let all = self.unallocated();
             grant_to(self, all);
-            return Ask::Answer(Elsewhere::Unknown);
+            return answer(self, Elsewhere::Unknown);
         }
+        // This ask owns the endgame until it answers.
+        if self.endgame.is_none() {
+            self.endgame = Some((index, now_ms));
+        }
+        // A shard granted units just now holds them for buyers who wait
+        // there: draining them back would only send them round again. Past
+        // `GRANT_IN_USE_MS` (its buyers are decided, or the reply was
+        // lost) it is drained like any other.
         let send: Vec<u16> = stale
             .iter()
             .copied()
             .filter(|&j| {
-                let d = &self.shards[j].drain;
-                d.out_since_ms.is_none() && !self.shards[j].failed_recently(now_ms)
+                let s = &self.shards[j];
+                let in_use = s.in_transit() > 0
+                    && s.drain.granted_at_ms.is_some_and(|at| {
+                        now_ms.saturating_sub(at) < limits::GRANT_IN_USE_MS
+                    });
+                s.drain.out_since_ms.is_none() && !s.failed_recently(now_ms) && !in_use
             })
             .map(|j| j as u16)
             .collect();
@@ -754,13 +805,11 @@ pub enum Call {
     /// No report is out.
     #[default]
     Idle,
-    /// Report `seq` left at `sent_at_ms`, asking for `need` units for
-    /// waiting buyers, when the shard had returned `returns_sent` units in
-    /// all.
+    /// Report `seq` left at `sent_at_ms`, when the shard had returned
+    /// `returns_sent` units in all.
     Out {
         seq: u64,
         sent_at_ms: u64,
-        need: u64,
         returns_sent: u64,
     },
     /// The last `failures` reports got no answer.
@@ -961,7 +1010,6 @@ impl Ledger {
         self.call = Call::Out {
             seq: self.seq,
             sent_at_ms: now_ms,
-            need,
             returns_sent: self.returns_sent,
         };
         self.next_report_at_ms = now_ms + limits::REPORT_INTERVAL_MS;
@@ -975,14 +1023,6 @@ impl Ledger {
         self.said = said;
         self.answered_at_ms = Some(now_ms);
         self.seq
-    }
-
-    /// Units buyers waiting for the report out need: a drain leaves them.
-    pub fn waiting_need(&self) -> u64 {
-        match self.call {
-            Call::Out { need, .. } => need,
-            Call::Idle | Call::Failed { .. } => 0,
-        }
     }
 
     /// The report out got no answer (the call failed, or its answer was
@@ -1033,10 +1073,13 @@ impl Ledger {
                 self.none_elsewhere_at_ms = None;
             }
             // Units the shard gave back since the report (a drain took
-            // them while the reply was on its way) are elsewhere now:
-            // home's word counted them as the shard's, so it says nothing
-            // of them, and the shard asks again.
-            Elsewhere::None { .. } if self.returns_sent > returns_sent => {
+            // them while the report was on its way) are elsewhere now. If
+            // home had not applied the message that gave them back when it
+            // answered, its word counted them as the shard's and says
+            // nothing of them: the shard asks again.
+            Elsewhere::None { .. }
+                if self.returns_sent > returns_sent && reply.seen < self.seq =>
+            {
                 self.unallocated = 0;
                 self.none_elsewhere_at_ms = None;
             }

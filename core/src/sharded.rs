@@ -428,16 +428,10 @@ impl Gate {
             return None;
         };
         ledger.seen(push.seen);
-        // A drain leaves the units the shard's waiting buyers need (its
-        // call home is out, and home's reply may be the grant of them):
-        // taking them would only send them round again. Home sees them
-        // left, and proves the shard empty only once they are sold.
-        let keep = ledger.waiting_need().min(self.available);
-        let give = self.available - keep;
-        if push.drain && give > 0 {
-            ledger.send_return(give);
-            self.stock_total -= give;
-            self.available -= give;
+        if push.drain && self.available > 0 {
+            ledger.send_return(self.available);
+            self.stock_total -= self.available;
+            self.available = 0;
         }
         let levels = ShardLevels {
             available: self.available,

@@ -19,7 +19,7 @@ struct Run {
 
 impl Run {
     fn line(&mut self, t: u64, what: String) {
-        let _ = writeln!(self.out, "{t:>5} ms  {what}");
+        let _ = writeln!(self.out, "[{t:>4} ms] {what}");
     }
 
     fn shard(&mut self, i: u16) -> &mut Gate {
@@ -195,54 +195,54 @@ fn one_refill_one_endgame_drain_one_lost_reply_and_the_last_unit() {
     // and home proves shard 2 empty before it says none is left.
     let r = run.report(2_700, 1, 2);
     let reply = run.home_answers(2_702, &r);
-    run.reply(2_704, 1, &reply);
+    run.reply(1, &reply);
     run.reserve(2_704, 1, "b6", 2);
     run.reserve(2_705, 1, "b7", 1);
     // Shard 2's next buyer: nothing is left anywhere, and home says so
     // only after draining shard 1 again (it was granted a unit since).
     let r = run.report(2_800, 2, 1);
     let reply = run.home_answers(2_802, &r);
-    run.reply(2_804, 2, &reply);
+    run.reply(2, &reply);
     run.reserve(2_804, 2, "b8", 1);
     let age = run.home.sold_out_age(2_900);
     run.line(2_900, format!("home: sold out, proven {age:?} ms ago"));
 
     expect![[r#"
-            0 ms  home: 10 units over 3 shards, U 10
-           10 ms  shard 1 -> home   report #1: available 0, held 0, asks 2
-           12 ms  home -> shard 1   reply #1: granted 2 in all, U 8
-           14 ms  shard 1: b1 x2: reserved 2
-          300 ms  shard 1 -> home   report #2: available 0, held 2, asks a refill of 6
-          302 ms  home -> shard 1   reply #2: granted 5 in all, U 5
-          320 ms  shard 2 -> home   report #1: available 0, held 0, asks 4
-          322 ms  home -> shard 2   reply #1: granted 4 in all, U 1
-          324 ms  shard 2: b2 x2: reserved 2
-          324 ms  shard 2: b3 x2: reserved 2
-          400 ms  home: b4 x1: reserved 1
-          400 ms  home: U 0
-          500 ms  shard 2 -> home   report #2: available 0, held 4, asks 2 and a refill of 12
-          502 ms  home -> shard 1   drain (granted 5)
-          503 ms  shard 1 -> home   answer #3: gave back 3 in all, available 0
-          504 ms  home -> shard 2   reply #2: granted 7 in all, U 0
-          510 ms  shard 2: b5 x2: reserved 2
-          600 ms  shard 1 -> home   report #4: available 0, held 2, asks 2 and a refill of 6
-          602 ms  home -> shard 2   drain (granted 7)
-          603 ms  shard 2 -> home   answer #3: gave back 1 in all, available 0
-          604 ms  home -> shard 1   reply #4: granted 6 in all, none left elsewhere (proven 2 ms ago)
-         2600 ms  shard 1: no reply in time
-         2600 ms  shard 1: b6 x2: unavailable
-         2700 ms  shard 1 -> home   report #5: available 0, held 2, asks 2 and a refill of 6
-         2702 ms  home -> shard 2   drain (granted 7)
-         2703 ms  shard 2 -> home   answer #4: gave back 1 in all, available 0
-         2704 ms  home -> shard 1   reply #5: granted 6 in all, none left elsewhere (proven 2 ms ago)
-         2704 ms  shard 1: b6 x2: insufficient_stock
-         2705 ms  shard 1: b7 x1: reserved 1
-         2800 ms  shard 2 -> home   report #5: available 0, held 6, asks 1
-         2802 ms  home -> shard 1   drain (granted 6)
-         2803 ms  shard 1 -> home   answer #6: gave back 3 in all, available 0
-         2804 ms  home -> shard 2   reply #5: granted 7 in all, none left elsewhere (proven 2 ms ago)
-         2804 ms  shard 2: b8 x1: sold_out
-         2900 ms  home: sold out, proven Some(198) ms ago
+        [   0 ms] home: 10 units over 3 shards, U 10
+        [  10 ms] shard 1 -> home   report #1: available 0, held 0, asks 2
+        [  12 ms] home -> shard 1   reply #1: granted 2 in all, U 8
+        [  14 ms] shard 1: b1 x2: reserved 2
+        [ 300 ms] shard 1 -> home   report #2: available 0, held 2, asks a refill of 6
+        [ 302 ms] home -> shard 1   reply #2: granted 5 in all, U 5
+        [ 320 ms] shard 2 -> home   report #1: available 0, held 0, asks 4
+        [ 322 ms] home -> shard 2   reply #1: granted 4 in all, U 1
+        [ 324 ms] shard 2: b2 x2: reserved 2
+        [ 324 ms] shard 2: b3 x2: reserved 2
+        [ 400 ms] home: b4 x1: reserved 1
+        [ 400 ms] home: U 0
+        [ 500 ms] shard 2 -> home   report #2: available 0, held 4, asks 2 and a refill of 12
+        [ 502 ms] home -> shard 1   drain (granted 5)
+        [ 503 ms] shard 1 -> home   answer #3: gave back 3 in all, available 0
+        [ 504 ms] home -> shard 2   reply #2: granted 7 in all, U 0
+        [ 510 ms] shard 2: b5 x2: reserved 2
+        [ 600 ms] shard 1 -> home   report #4: available 0, held 2, asks 2 and a refill of 6
+        [ 602 ms] home -> shard 2   drain (granted 7)
+        [ 603 ms] shard 2 -> home   answer #3: gave back 1 in all, available 0
+        [ 604 ms] home -> shard 1   reply #4: granted 6 in all, none left elsewhere (proven 2 ms ago)
+        [2600 ms] shard 1: no reply in time
+        [2600 ms] shard 1: b6 x2: unavailable
+        [2700 ms] shard 1 -> home   report #5: available 0, held 2, asks 2 and a refill of 6
+        [2702 ms] home -> shard 2   drain (granted 7)
+        [2703 ms] shard 2 -> home   answer #4: gave back 1 in all, available 0
+        [2704 ms] home -> shard 1   reply #5: granted 6 in all, none left elsewhere (proven 2 ms ago)
+        [2704 ms] shard 1: b6 x2: insufficient_stock
+        [2705 ms] shard 1: b7 x1: reserved 1
+        [2800 ms] shard 2 -> home   report #5: available 0, held 6, asks 1
+        [2802 ms] home -> shard 1   drain (granted 6)
+        [2803 ms] shard 1 -> home   answer #6: gave back 3 in all, available 0
+        [2804 ms] home -> shard 2   reply #5: granted 7 in all, none left elsewhere (proven 2 ms ago)
+        [2804 ms] shard 2: b8 x1: sold_out
+        [2900 ms] home: sold out, proven Some(198) ms ago
     "#]]
     .assert_eq(&run.out);
 }

@@ -584,9 +584,14 @@ impl Sim {
         }
     }
 
+    /// What home's shell does after any event: every parked ask and its
+    /// own reserves handed in again (the shell polls a waiting one every
+    /// `HOME_WAIT_POLL_MS`), and the change of mode looked at.
     fn after_home_event(&mut self) {
         self.poll_asks();
         self.pump_home();
+        // Home's own reserves may have released the endgame.
+        self.poll_asks();
         self.poll_mode_change();
     }
 
@@ -669,15 +674,19 @@ impl Sim {
         }
         let end = self.now_ms + ms;
         loop {
+            // Waits are looked at again every few milliseconds, as the
+            // shells poll them.
             let next = self.network.iter().map(|(t, _)| *t).min();
+            let tick = (self.now_ms + 10).min(end);
             match next {
-                Some(t) if t <= end => {
+                Some(t) if t <= tick => {
                     self.now_ms = self.now_ms.max(t);
                     let k = (0..self.network.len())
                         .find(|&k| self.network[k].0 == t)
                         .expect("found above");
                     self.deliver(k);
                 }
+                _ if self.now_ms < end => self.now_ms = tick,
                 _ => break,
             }
             self.timers();
