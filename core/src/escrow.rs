@@ -539,9 +539,9 @@ impl Pool {
             .filter(|&j| {
                 let s = &self.shards[j];
                 let in_use = s.in_transit() > 0
-                    && s.drain.granted_at_ms.is_some_and(|at| {
-                        now_ms.saturating_sub(at) < limits::GRANT_IN_USE_MS
-                    });
+                    && s.drain
+                        .granted_at_ms
+                        .is_some_and(|at| now_ms.saturating_sub(at) < limits::GRANT_IN_USE_MS);
                 s.drain.out_since_ms.is_none() && !s.failed_recently(now_ms) && !in_use
             })
             .map(|j| j as u16)
@@ -1077,9 +1077,7 @@ impl Ledger {
             // home had not applied the message that gave them back when it
             // answered, its word counted them as the shard's and says
             // nothing of them: the shard asks again.
-            Elsewhere::None { .. }
-                if self.returns_sent > returns_sent && reply.seen < self.seq =>
-            {
+            Elsewhere::None { .. } if self.returns_sent > returns_sent && reply.seen < self.seq => {
                 self.unallocated = 0;
                 self.none_elsewhere_at_ms = None;
             }
