@@ -470,17 +470,16 @@ impl Pool {
                 pool.shards[i].drain.granted_at_ms = Some(now_ms);
             }
         };
-        // One ask at a time goes beyond `U`: another's waits for it.
-        match self.endgame {
-            Some((owner, since))
-                if owner != index && now_ms.saturating_sub(since) <= limits::ENDGAME_OWNER_MS =>
-            {
-                if short > 0 {
-                    return Ask::Wait;
-                }
+        // One ask at a time goes beyond `U`: another's waits for it, and an
+        // owner that did not come back in time lets go.
+        if let Some((_, since)) = self.endgame.filter(|&(owner, _)| owner != index) {
+            let owned = now_ms.saturating_sub(since) <= limits::ENDGAME_OWNER_MS;
+            if owned && short > 0 {
+                return Ask::Wait;
             }
-            Some((owner, _)) if owner != index => self.endgame = None,
-            _ => {}
+            if !owned {
+                self.endgame = None;
+            }
         }
         let answer = |pool: &mut Pool, elsewhere: Elsewhere| {
             if pool.endgame.is_some_and(|(owner, _)| owner == index) {

@@ -122,7 +122,7 @@ impl Run {
         let said = match o {
             ReserveOutcome::Reserved { quantity, .. } => format!("reserved {quantity}"),
             ReserveOutcome::Replayed { .. } => "replayed".into(),
-            other => format!("{}", other.code()),
+            other => other.code().to_string(),
         };
         let at = if i == 0 {
             "home".to_string()
