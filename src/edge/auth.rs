@@ -278,6 +278,78 @@ mod tests {
         }
     }
 
+    /// A token as a JWT library makes it (PyJWT, jose): `aud` as an array,
+    /// no `iat`. And each refusal is a `token_invalid` problem whose detail
+    /// says which check failed (an expired token keeps `token_expired`).
+    #[test]
+    fn a_library_token_passes_and_each_refusal_says_why() {
+        use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        use base64::Engine;
+        use hmac::Mac;
+        let s = settings();
+        let now_s = 1_800_000_000u64;
+        let secret = crate::settings::tests::BUYER_KEYS
+            .split_once(':')
+            .unwrap()
+            .1;
+        let sign = |header: &str, claims: String| {
+            let input = format!(
+                "{}.{}",
+                URL_SAFE_NO_PAD.encode(header),
+                URL_SAFE_NO_PAD.encode(claims)
+            );
+            let mut mac = flashgate_wire::mac::hmac_sha256(secret.as_bytes());
+            mac.update(input.as_bytes());
+            let sig = URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes());
+            format!("Bearer {input}.{sig}")
+        };
+        let header = r#"{"alg":"HS256","typ":"JWT","kid":"b1"}"#;
+        let claims = |aud: &str, exp: u64| {
+            format!(r#"{{"sub":"alice","aud":{aud},"exp":{exp},"nbf":{now_s}}}"#)
+        };
+        let at = now_s * 1000;
+        let ok = sign(header, claims(r#"["shop","flashgate"]"#, now_s + 600));
+        assert_eq!(buyer(&s, Some(&ok), None, at), Ok("alice".to_string()));
+        let refused = |auth: &str| buyer(&s, Some(auth), None, at).unwrap_err();
+        let cases = [
+            (
+                sign(header, claims(r#"["shop"]"#, now_s + 600)),
+                ProblemCode::TokenInvalid,
+                "the token's aud does not name this gate",
+            ),
+            (
+                sign(header, claims(r#""flashgate""#, now_s - 3600)),
+                ProblemCode::TokenExpired,
+                "the token has expired",
+            ),
+            (
+                sign(
+                    r#"{"alg":"RS256","kid":"b1"}"#,
+                    claims(r#""flashgate""#, now_s + 600),
+                ),
+                ProblemCode::TokenInvalid,
+                "the token's alg is not the algorithm its key is pinned to",
+            ),
+            (
+                sign(
+                    r#"{"alg":"RS256","kid":"idp-1"}"#,
+                    claims(r#""flashgate""#, now_s + 600),
+                ),
+                ProblemCode::TokenInvalid,
+                "the token's key id is not one the gate accepts",
+            ),
+            (
+                format!("Bearer {}", "a".repeat(9000)),
+                ProblemCode::TokenInvalid,
+                "the token is longer than 8192 bytes",
+            ),
+        ];
+        for (auth, code, detail) in cases {
+            let p = refused(&auth);
+            assert_eq!((p.code, p.detail.as_str()), (code, detail));
+        }
+    }
+
     #[test]
     fn a_session_token_proves_its_buyer() {
         let s = settings();
