@@ -144,6 +144,17 @@ impl ShardKey {
     }
 }
 
+/// The key of the buyer ids derived from an identity provider's subjects
+/// that are not buyer ids (`flashgate_wire::token::buyer_id`: `auth0|…`,
+/// a long uid), derived from `ID_SECRET`. It keys a name, not a secret
+/// check: rotating `ID_SECRET` would make each such user a new buyer, as
+/// it already renames reservation ids.
+pub fn buyer_ids_key(id_secret: &[u8]) -> Hmac<Sha256> {
+    let mut derive = hmac_sha256(id_secret);
+    derive.update(b"flashgate buyer ids from a provider\n");
+    hmac_sha256(&derive.finalize().into_bytes())
+}
+
 /// The key the waiting room's proof-of-work challenges are signed with
 /// (`crate::edge::pow`), derived from `ID_SECRET`. ALTCHA's libraries key
 /// their HMAC with a string: it is the hex of the derived key, so that a
@@ -215,6 +226,36 @@ mod tests {
     use super::*;
 
     const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
+
+    /// A provider's subject that is not a buyer id becomes the same buyer
+    /// at every token, under this gate's secret alone: another secret,
+    /// another issuer or another subject is another buyer.
+    #[test]
+    fn a_providers_subject_maps_to_one_buyer_under_the_id_secret() {
+        use flashgate_wire::bounds::valid_buyer_id;
+        use flashgate_wire::token::buyer_id;
+        let iss = "https://shop.eu.auth0.com/";
+        let sub = "auth0|5f7c8ec7c33c6c004bbafe82";
+        let key = buyer_ids_key(SECRET);
+        let id = buyer_id(&key, iss, sub);
+        assert!(valid_buyer_id(&id) && id.starts_with("h."), "{id}");
+        assert_eq!(buyer_id(&buyer_ids_key(SECRET), iss, sub), id);
+        let other_secret = buyer_ids_key(b"fedcba9876543210fedcba9876543210");
+        for other in [
+            buyer_id(&other_secret, iss, sub),
+            buyer_id(&key, "https://other.eu.auth0.com/", sub),
+            buyer_id(&key, iss, "auth0|5f7c8ec7c33c6c004bbafe83"),
+        ] {
+            assert_ne!(other, id);
+        }
+        // Pinned, from Python's hmac: the name is a contract, since a
+        // change would make every such user a new buyer.
+        assert_eq!(id, PINNED);
+        // A subject that is a buyer id is kept, so the shop finds it.
+        assert_eq!(buyer_id(&key, iss, "alice"), "alice");
+    }
+
+    const PINNED: &str = "h.tizd4dS-SRBnXLTuV2kk4WfXX0ULTeaM11vvTEH8R8g";
 
     #[test]
     fn a_shards_ids_name_their_shard_and_one_shard_changes_nothing() {

@@ -6,6 +6,7 @@
 //! runtime has no start-up hook of its own.
 
 use flashgate_wire::keys::{check_secret, KeySet};
+use flashgate_wire::token::Verifier;
 
 use crate::ids::{PowKey, ShardKey, TicketKey};
 
@@ -17,11 +18,13 @@ pub const DEFAULT_AUDIENCE: &str = "flashgate";
 
 /// Who may do what at the gate, and with which keys it proves it.
 pub struct Settings {
-    /// `BUYER_TOKEN_KEYS`: verifies buyer tokens (and signs the dev
-    /// sessions' tokens).
-    pub buyer_keys: KeySet,
-    /// `BUYER_TOKEN_AUDIENCE`: the `aud` every buyer token must carry.
-    pub audience: String,
+    /// Verifies buyer tokens: `BUYER_TOKEN_KEYS`, the HS256 keys (which
+    /// also sign the dev sessions' tokens), and `BUYER_TOKEN_AUDIENCE`, the
+    /// `aud` every buyer token must name. It trusts no identity provider
+    /// yet: a provider's RS256 and ES256 tokens are checked up to the
+    /// signature (`flashgate_wire::token::Decision::Verify`), and the
+    /// verify call that would prove them is the shell's, still to come.
+    pub buyer_tokens: Verifier,
     /// `PAYMENT_KEYS`: verifies the shop's signed confirmations.
     pub payment_keys: KeySet,
     /// `ADMIN_TOKENS`: the admin's bearer tokens, with ids for rotation.
@@ -119,6 +122,17 @@ fn origin_url_ok(url: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
+fn buyer_tokens(get: &impl Fn(&str) -> Option<String>) -> Result<Verifier, SettingsError> {
+    let audience = get("BUYER_TOKEN_AUDIENCE")
+        .filter(|a| !a.is_empty())
+        .unwrap_or_else(|| DEFAULT_AUDIENCE.into());
+    // With no provider there is no JWKS whose key ids could clash.
+    Verifier::new(key_set(get, "BUYER_TOKEN_KEYS")?, &audience, None).map_err(|e| SettingsError {
+        var: "BUYER_TOKEN_KEYS",
+        why: e.to_string(),
+    })
+}
+
 impl Settings {
     pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Settings, SettingsError> {
         let id_secret = get("ID_SECRET").unwrap_or_default();
@@ -171,10 +185,7 @@ impl Settings {
             pow_key: PowKey::new(&id_secret),
             shard_key: ShardKey::new(&id_secret),
             rate_limits,
-            buyer_keys: key_set(&get, "BUYER_TOKEN_KEYS")?,
-            audience: get("BUYER_TOKEN_AUDIENCE")
-                .filter(|a| !a.is_empty())
-                .unwrap_or_else(|| DEFAULT_AUDIENCE.into()),
+            buyer_tokens: buyer_tokens(&get)?,
             payment_keys: key_set(&get, "PAYMENT_KEYS")?,
             admin_tokens: key_set(&get, "ADMIN_TOKENS")?,
             id_secret,

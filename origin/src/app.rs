@@ -330,10 +330,10 @@ async fn mint_buyer_token(
         ));
     }
     let ttl_s = req.ttl_s.unwrap_or(BUYER_TOKEN_TTL_S);
-    if !(1..=token::LIFETIME_S_MAX).contains(&ttl_s) {
+    if !(1..=bounds::TOKEN_LIFETIME_S_MAX).contains(&ttl_s) {
         return Err(AppError::new(
             OriginCode::InvalidBody,
-            format!("ttl_s must be 1 to {}", token::LIFETIME_S_MAX),
+            format!("ttl_s must be 1 to {}", bounds::TOKEN_LIFETIME_S_MAX),
         ));
     }
     let now = now_ms();

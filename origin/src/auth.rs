@@ -19,7 +19,7 @@ use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use flashgate_wire::keys::KeySet;
 use flashgate_wire::signing::{self, Presented, Purpose, SignatureError};
-use flashgate_wire::token::{self, Claims};
+use flashgate_wire::token;
 
 use crate::problem::{AppError, OriginCode};
 use crate::state::{now_ms, Shared};
@@ -107,8 +107,8 @@ impl FromRequestParts<Shared> for ShopToken {
     }
 }
 
-/// The caller is the buyer a valid buyer token names: its claims.
-pub struct BuyerToken(pub Claims);
+/// The caller is the buyer a valid buyer token names.
+pub struct BuyerToken(pub token::Buyer);
 
 impl FromRequestParts<Shared> for BuyerToken {
     type Rejection = AppError;

@@ -30,7 +30,7 @@ struct PayRequest {
 /// is read.
 pub async fn pay(
     State(state): State<Shared>,
-    BuyerToken(claims): BuyerToken,
+    BuyerToken(buyer): BuyerToken,
     RawBody(body): RawBody,
 ) -> Result<Response, AppError> {
     let Some(demo) = &state.settings.demo else {
@@ -66,7 +66,7 @@ pub async fn pay(
         "/api/products/{}/reservations/{}/confirm",
         req.product_id, req.reservation_id
     );
-    let confirm = json!({ "buyer_id": claims.sub, "payment_ref": payment_ref }).to_string();
+    let confirm = json!({ "buyer_id": buyer.id, "payment_ref": payment_ref }).to_string();
     let signed = signing::sign(
         &demo.payment_keys,
         &signing::Request {

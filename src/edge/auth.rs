@@ -9,7 +9,7 @@
 //! Pure, like the rest of the edge's decisions.
 
 use flashgate_wire::signing::{self, Presented, Purpose};
-use flashgate_wire::token::{self, Claims, TokenError};
+use flashgate_wire::token::{self, Claims, Decision, TokenError};
 
 use crate::http::codes::ProblemCode;
 use crate::http::problem::Problem;
@@ -102,10 +102,15 @@ pub fn buyer(
             }
         },
     };
-    let signed = token::verify_signature(&settings.buyer_keys, token).map_err(token_problem)?;
-    token::check_claims(&signed.claims, &settings.audience, now_ms / 1000)
-        .map_err(token_problem)?;
-    Ok(signed.claims.sub)
+    match settings.buyer_tokens.decide(token, now_ms) {
+        Ok(Decision::Proven(buyer)) => Ok(buyer.id),
+        // The settings trust no identity provider until the shell can
+        // verify its signatures with WebCrypto, so no token comes here;
+        // were one to, a signature not verified is one that does not
+        // match.
+        Ok(Decision::Verify(_)) => Err(token_problem(TokenError::Signature)),
+        Err(e) => Err(token_problem(e)),
+    }
 }
 
 /// The viewer of a live socket: anyone may watch, so no credential is
@@ -174,13 +179,13 @@ pub fn session(settings: &Settings, now_ms: u64, random: u64) -> Result<Session,
     let now_s = now_ms / 1000;
     let claims = Claims {
         sub: format!("anon-{random:016x}"),
-        aud: settings.audience.clone(),
+        aud: settings.buyer_tokens.audience().into(),
         iat: now_s,
         exp: now_s + SESSION_TTL_S,
         nbf: None,
     };
     Ok(Session {
-        token: token::mint(&settings.buyer_keys, &claims, now_ms),
+        token: token::mint(settings.buyer_tokens.hs256(), &claims, now_ms),
         buyer_id: claims.sub,
         expires_at_ms: claims.exp * 1000,
     })
@@ -226,20 +231,22 @@ mod tests {
 
         // Another audience refuses it.
         let mut other_audience = settings();
-        other_audience.audience = "another-shop".into();
+        other_audience.buyer_tokens =
+            token::Verifier::new(s.buyer_tokens.hs256().clone(), "another-shop", None).unwrap();
         assert_eq!(
             code(buyer(&other_audience, Some(&auth), None, now)),
             ProblemCode::TokenInvalid
         );
 
         // A set where its key id holds another secret, or that lacks it.
-        let kid = s.buyer_keys.kids().next().unwrap().to_string();
+        let kid = s.buyer_tokens.hs256().kids().next().unwrap().to_string();
         for keys in [
             format!("{kid}:another-secret-of-at-least-thirty-two-bytes"),
             "k-other:another-secret-of-at-least-thirty-two-bytes".to_string(),
         ] {
             let mut rotated = settings();
-            rotated.buyer_keys = flashgate_wire::keys::KeySet::parse(&keys).unwrap();
+            let hs256 = flashgate_wire::keys::KeySet::parse(&keys).unwrap();
+            rotated.buyer_tokens = token::Verifier::new(hs256, "flashgate", None).unwrap();
             assert_eq!(
                 code(buyer(&rotated, Some(&auth), None, now)),
                 ProblemCode::TokenInvalid,
@@ -268,6 +275,78 @@ mod tests {
         for f in &forged {
             let got = buyer(&s, Some(&format!("Bearer {f}")), None, now);
             assert!(got.is_err(), "a forgery passed: {f}");
+        }
+    }
+
+    /// A token as a JWT library makes it (PyJWT, jose): `aud` as an array,
+    /// no `iat`. And each refusal is a `token_invalid` problem whose detail
+    /// says which check failed (an expired token keeps `token_expired`).
+    #[test]
+    fn a_library_token_passes_and_each_refusal_says_why() {
+        use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        use base64::Engine;
+        use hmac::Mac;
+        let s = settings();
+        let now_s = 1_800_000_000u64;
+        let secret = crate::settings::tests::BUYER_KEYS
+            .split_once(':')
+            .unwrap()
+            .1;
+        let sign = |header: &str, claims: String| {
+            let input = format!(
+                "{}.{}",
+                URL_SAFE_NO_PAD.encode(header),
+                URL_SAFE_NO_PAD.encode(claims)
+            );
+            let mut mac = flashgate_wire::mac::hmac_sha256(secret.as_bytes());
+            mac.update(input.as_bytes());
+            let sig = URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes());
+            format!("Bearer {input}.{sig}")
+        };
+        let header = r#"{"alg":"HS256","typ":"JWT","kid":"b1"}"#;
+        let claims = |aud: &str, exp: u64| {
+            format!(r#"{{"sub":"alice","aud":{aud},"exp":{exp},"nbf":{now_s}}}"#)
+        };
+        let at = now_s * 1000;
+        let ok = sign(header, claims(r#"["shop","flashgate"]"#, now_s + 600));
+        assert_eq!(buyer(&s, Some(&ok), None, at), Ok("alice".to_string()));
+        let refused = |auth: &str| buyer(&s, Some(auth), None, at).unwrap_err();
+        let cases = [
+            (
+                sign(header, claims(r#"["shop"]"#, now_s + 600)),
+                ProblemCode::TokenInvalid,
+                "the token's aud does not name this gate",
+            ),
+            (
+                sign(header, claims(r#""flashgate""#, now_s - 3600)),
+                ProblemCode::TokenExpired,
+                "the token has expired",
+            ),
+            (
+                sign(
+                    r#"{"alg":"RS256","kid":"b1"}"#,
+                    claims(r#""flashgate""#, now_s + 600),
+                ),
+                ProblemCode::TokenInvalid,
+                "the token's alg is not the algorithm its key is pinned to",
+            ),
+            (
+                sign(
+                    r#"{"alg":"RS256","kid":"idp-1"}"#,
+                    claims(r#""flashgate""#, now_s + 600),
+                ),
+                ProblemCode::TokenInvalid,
+                "the token's key id is not one the gate accepts",
+            ),
+            (
+                format!("Bearer {}", "a".repeat(9000)),
+                ProblemCode::TokenInvalid,
+                "the token is longer than 8192 bytes",
+            ),
+        ];
+        for (auth, code, detail) in cases {
+            let p = refused(&auth);
+            assert_eq!((p.code, p.detail.as_str()), (code, detail));
         }
     }
 

@@ -667,12 +667,12 @@ mod tests {
         let s = settings();
         let claims = flashgate_wire::token::Claims {
             sub: buyer.into(),
-            aud: s.audience.clone(),
+            aud: s.buyer_tokens.audience().into(),
             iat: NOW / 1000,
             exp: NOW / 1000 + 600,
             nbf: None,
         };
-        flashgate_wire::token::mint(&s.buyer_keys, &claims, NOW)
+        flashgate_wire::token::mint(s.buyer_tokens.hs256(), &claims, NOW)
     }
 
     fn req(method: &'static str, path: &str, body: &[u8]) -> Req {

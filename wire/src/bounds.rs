@@ -1,5 +1,7 @@
 //! Every bound and grammar of a field that crosses between the gate and the
-//! origin, stated once, and the promises the load tools judge the gate by.
+//! origin (and the buyer tokens that come to both from the shop's login or
+//! its identity provider), stated once, and the promises the load tools
+//! judge the gate by.
 //! The gate's core keeps its own limits for its memory budget; the gate
 //! crate checks at compile time that they equal these.
 
@@ -27,6 +29,46 @@ pub const SOLD_OUT_LAG_MS: u64 = 1_000;
 pub const RESERVATION_ID_HEX_DIGITS: usize = 16;
 /// The longest order id: a product id, a colon, and a reservation id.
 pub const ORDER_ID_BYTES_MAX: usize = PRODUCT_ID_BYTES_MAX + 1 + RESERVATION_ID_HEX_DIGITS;
+
+// Buyer tokens (`token`) and a provider's keys (`jwks`): they cross from
+// the shop's login or its identity provider to the gate and the origin.
+
+/// The longest buyer token signed with a shared key (HS256), in bytes: the
+/// gate's own tokens and a shop's are a few hundred bytes, and this was
+/// the bound before provider tokens were taken; it stays, so that an HS256
+/// token is checked exactly as it always was.
+pub const HS256_TOKEN_BYTES_MAX: usize = 2 * 1024;
+/// The longest buyer token of any kind, in bytes, checked before a byte
+/// of it is decoded. Identity providers' ID tokens are commonly 1 to 2 KiB
+/// with an RSA signature of 256 to 512 bytes; tokens carrying roles or
+/// groups run to several KiB. 8 KiB takes those and is far inside what a
+/// request header may carry; a browser's cookie holds at most about 4 KiB,
+/// so a larger token must come as `Authorization: Bearer`.
+pub const TOKEN_BYTES_MAX: usize = 8 * 1024;
+const _: () = assert!(HS256_TOKEN_BYTES_MAX <= TOKEN_BYTES_MAX);
+/// Clock skew forgiven on `exp`, `nbf` and `iat`, in seconds.
+pub const TOKEN_LEEWAY_S: u64 = 30;
+/// The longest lifetime a token may claim, in seconds: `exp - iat`, or
+/// `exp - now` for a token without `iat`.
+pub const TOKEN_LIFETIME_S_MAX: u64 = 24 * 60 * 60;
+/// The longest JWKS the gate parses, in bytes. A provider's set of two or
+/// three keys is 1 to 2 KiB once each key's certificate chain (`x5c`),
+/// which the gate does not read, is stripped; with it, about 1.5 KiB a key
+/// more.
+pub const JWKS_BYTES_MAX: usize = 16 * 1024;
+/// The most keys a JWKS may hold: providers publish two or three (the
+/// current key, the next, the last), a few more across a rotation.
+pub const JWKS_KEYS_MAX: usize = 16;
+/// The longest key id of a JWKS, in bytes. Providers write ids of 20 to 44
+/// characters (hex digests, base64 thumbprints).
+pub const JWK_KID_BYTES_MAX: usize = 128;
+/// RSA moduli the gate accepts, in bits: 2048 is the least a provider
+/// issues today (RFC 7518, 3.3 requires it), and 4096 the most WebCrypto is
+/// commonly asked to verify.
+pub const RSA_MODULUS_BITS_MIN: usize = 2048;
+pub const RSA_MODULUS_BITS_MAX: usize = 4096;
+/// The longest RSA public exponent, in bytes (65537 is 3).
+pub const RSA_EXPONENT_BYTES_MAX: usize = 8;
 
 fn id_byte(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_' || c == b'-'

@@ -9,12 +9,15 @@
 //!   payment references, quantities, stock), and the order-id format;
 //! - `batch`: the batch of outbox events (orders, voids, stock totals) the
 //!   gate forwards, its validation, and the origin's per-event answer;
+//! - `jwks`: an identity provider's public keys (RS256, ES256), parsed
+//!   and pinned each to its algorithm;
 //! - `keys`: key sets with key ids, for rotation without downtime;
 //! - `lottery`: the waiting room's commitment and tiebreak, which anyone
 //!   holding a sale's published key can recompute;
 //! - `mac`: HMAC-SHA256 with a key of any length, infallibly;
 //! - `signing`: the HMAC signature over a request, and its headers;
-//! - `token`: buyer tokens (JWT, HS256);
+//! - `token`: buyer tokens (JWT): HS256 whole, and a provider's RS256 and
+//!   ES256 up to the one signature check the runtime's WebCrypto makes;
 //! - `stats`: the typed view of a product's gate stats, which the gate
 //!   writes and `reconcile` reads;
 //! - `problem`: the RFC 9457 problem document both sides answer errors with;
@@ -28,6 +31,7 @@ pub mod altcha;
 pub mod batch;
 pub mod bounds;
 pub mod codes;
+pub mod jwks;
 pub mod keys;
 pub mod lottery;
 pub mod mac;

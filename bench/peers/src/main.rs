@@ -272,7 +272,7 @@ async fn reserve(
         );
     };
     let buyer = match token::verify(&app.buyer_keys, t, &app.audience, now_s()) {
-        Ok(c) => c.sub,
+        Ok(b) => b.id,
         Err(e) => return problem(ProblemCode::TokenInvalid, e.describe()),
     };
     let Some(key) = headers.get("idempotency-key").and_then(|k| k.to_str().ok()) else {
