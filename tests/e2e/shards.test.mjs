@@ -335,8 +335,21 @@ test("K = 8, left alone with 40 holds: once its levels settle, no shard reports,
       settled = now;
     }
     await sleep(6_000);
+    // The objects' timers settle too: an alarm set for an outbox delivery's
+    // lease (OUTBOX_LEASE_MS, 30 s) is not moved later when the delivery is
+    // acknowledged, so it fires once, finds nothing to do, and re-arms at
+    // the holds' expiry. Settled: no object's alarm falls in the idle window.
+    const alarmsBefore = (lines, t) =>
+      lines.filter((l) => / _cf_METADATA /.test(l)).filter((l) => {
+        const at = /\(1, (\d+)\)/.exec(l);
+        return at && Number(BigInt(at[1]) / 1_000_000n) < t;
+      });
+    for (const until = Date.now() + 40_000; Date.now() < until; await sleep(1_000)) {
+      if (alarmsBefore(storageDigest(gate.stateDir), Date.now() + IDLE_MS + 5_000).length === 0) break;
+    }
     settled = (await api.stats(product)).body.escrow;
     const written = storageDigest(gate.stateDir);
+    assert.deepEqual(alarmsBefore(written, Date.now() + IDLE_MS + 5_000), [], why("an object's alarm still falls in the idle window"));
     await sleep(IDLE_MS);
     const later = (await api.stats(product)).body.escrow;
     console.log(`idle ${IDLE_MS / 1000} s with K = ${SHARDS} and 40 holds: reports ${settled.reports} -> ${later.reports}`);
