@@ -597,6 +597,7 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
     end.timeline.served.push(Served {
         buyer: buyer_id.clone(),
         sent_us: reserved.first_sent_us,
+        answered_us: ctx.clock_us(),
     });
     let answered_ms = ctx.elapsed_ms();
     let expires_ms = first_sent_ms.unwrap_or(answered_ms) + ctx.hold_ttl_ms.load(Ordering::Relaxed);

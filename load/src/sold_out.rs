@@ -5,7 +5,9 @@
 //! that arrived before another reserve was sent, when that later reserve
 //! got a unit (201), and no unit came back in between: no cancel, expiry,
 //! void or restock whose time falls in [the sold-out request's send time −
-//! the lag, the later reserve's send time]. The lag is the gate's stated
+//! the lag, the later reserve's answer] (it was decided at some instant
+//! before its answer arrived, so a unit back while it was on its way may
+//! be the one it got). The lag is the gate's stated
 //! promise, `flashgate_wire::bounds::SOLD_OUT_LAG_MS`: a unit that came
 //! back that recently may still be answered `sold_out`.
 //!
@@ -38,6 +40,9 @@ pub struct Served {
     /// When its first attempt was sent: a retried reserve (the same
     /// idempotency key) may have been decided at any attempt.
     pub sent_us: u64,
+    /// When its 201 arrived: it was decided at some instant before, so a
+    /// unit that came back while it was on its way may be the one it got.
+    pub answered_us: u64,
 }
 
 /// Everything the run saw that bears on its `sold_out` answers.
@@ -85,14 +90,23 @@ fn returned_within(returned_us: &[u64], from_us: u64, to_us: u64) -> bool {
 
 /// Counts the false sold-outs of `t` with the lag `lag_us`.
 ///
-/// For one refusal, the later reserve to look at is the first one served
-/// after its answer: the span [sent − lag, later send] only grows with the
-/// later send, so if any later reserve makes the refusal false, the first
-/// one does. Served reserves and returns are sorted once and each refusal
-/// is two binary searches: O(n log n) in all.
+/// For one refusal, the later reserve to look at is the one answered
+/// first among those sent after its answer: the span [sent − lag, later
+/// answer] only grows with the later answer, so if any later reserve makes
+/// the refusal false, that one does. Served reserves are sorted by send
+/// time with the earliest answer of every suffix, returns sorted once, and
+/// each refusal is two binary searches: O(n log n) in all.
 pub fn false_sold_outs(t: &Timeline, lag_us: u64) -> FalseSoldOuts {
     let mut served: Vec<&Served> = t.served.iter().collect();
     served.sort_unstable_by_key(|s| s.sent_us);
+    // first_answered[i]: the served reserve answered first among served[i..].
+    let mut first_answered: Vec<usize> = vec![0; served.len()];
+    for i in (0..served.len()).rev() {
+        first_answered[i] = match first_answered.get(i + 1) {
+            Some(&j) if i + 1 < served.len() && served[j].answered_us < served[i].answered_us => j,
+            _ => i,
+        };
+    }
     let mut returned_us = t.returned_us.clone();
     returned_us.sort_unstable();
     let mut refused: Vec<&Refused> = t.refused.iter().collect();
@@ -100,13 +114,13 @@ pub fn false_sold_outs(t: &Timeline, lag_us: u64) -> FalseSoldOuts {
     let mut out = FalseSoldOuts::default();
     for r in refused {
         let next = served.partition_point(|s| s.sent_us < r.received_us);
-        let Some(later) = served.get(next) else {
+        let Some(later) = first_answered.get(next).map(|&j| served[j]) else {
             continue;
         };
         if returned_within(
             &returned_us,
             r.sent_us.saturating_sub(lag_us),
-            later.sent_us,
+            later.answered_us,
         ) {
             continue;
         }
@@ -155,10 +169,12 @@ mod tests {
         }
     }
 
+    /// Served, answered 10 ms after it was sent.
     fn served(buyer: &str, sent_ms: u64) -> Served {
         Served {
             buyer: buyer.into(),
             sent_us: sent_ms * 1000,
+            answered_us: (sent_ms + 10) * 1000,
         }
     }
 
@@ -222,18 +238,45 @@ mod tests {
             },
             1,
         );
-        // A return after the later reserve was sent explains nothing.
+        // A return after the later reserve was answered explains nothing.
         check(
-            "a return after the later reserve",
+            "a return after the later reserve's answer",
             Timeline {
                 served: vec![served("c", 5_000)],
                 refused: vec![refused("b", 3_000, 3_010)],
-                returned_us: vec![5_000 * 1000 + 1],
+                returned_us: vec![5_010 * 1000 + 1],
+            },
+            1,
+        );
+        // A return while the later reserve was on its way may be its unit.
+        check(
+            "a return while the later reserve was on its way",
+            Timeline {
+                served: vec![served("c", 5_000)],
+                refused: vec![refused("b", 3_000, 3_010)],
+                returned_us: vec![5_005 * 1000],
+            },
+            0,
+        );
+        // A later reserve answered first decides, though sent after another.
+        check(
+            "the later reserve answered first",
+            Timeline {
+                served: vec![
+                    Served {
+                        buyer: "c".into(),
+                        sent_us: 4_000_000,
+                        answered_us: 9_000_000,
+                    },
+                    served("d", 5_000),
+                ],
+                refused: vec![refused("b", 3_000, 3_010)],
+                returned_us: vec![6_000 * 1000],
             },
             1,
         );
         // The span's ends are in it.
-        for at_ms in [2_000, 5_000] {
+        for at_ms in [2_000, 5_010] {
             check(
                 "a return at an end of the span",
                 Timeline {

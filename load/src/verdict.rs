@@ -368,10 +368,12 @@ mod tests {
                 Served {
                     buyer: "a".into(),
                     sent_us: 0,
+                    answered_us: 10_000,
                 },
                 Served {
                     buyer: "c".into(),
                     sent_us: 5_000_000,
+                    answered_us: 5_010_000,
                 },
             ],
             refused: vec![Refused {
