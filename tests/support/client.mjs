@@ -123,7 +123,9 @@ export async function drained(api, product, timeoutMs) {
  * command in a batch) and the outbox's delivery attempts, which go on while
  * no origin answers. */
 export function stateOf(stats) {
-  const { counters, next_deadline_ms, outbox, work, ...state } = stats;
+  // `snapshots` counts the edges' snapshot fetches: telemetry, which grows
+  // whenever an edge's copy is older than its freshness, as `work` does.
+  const { counters, next_deadline_ms, outbox, work, snapshots, ...state } = stats;
   const { backlog, backlog_units, acked_seq } = outbox;
   return { ...state, outbox: { backlog, backlog_units, acked_seq } };
 }
