@@ -252,15 +252,21 @@ shop.test("5. a double click yields one reservation", async ({ api }) => {
   const product = "page-double";
   assert.equal((await api.put(product, { stock_total: 5, per_buyer_max: 5, quantity_max: 1, hold_ttl_ms: 60_000 })).status, 201);
   const { ctx, page } = await open(`/p/${product}`);
-  let reserves = 0;
-  page.on("request", (r) => {
-    if (r.method() === "POST" && r.url().endsWith(`/api/products/${product}/reservations`)) reserves++;
-  });
+  // The page retries a request the network failed (not one the gate
+  // answered) with the same idempotency key: that is one reserve, so count
+  // keys, and say how many requests carried them.
+  const keys = [];
+  const failed = [];
+  const isReserve = (r) => r.method() === "POST" && r.url().endsWith(`/api/products/${product}/reservations`);
+  page.on("request", (r) => { if (isReserve(r)) keys.push(r.headers()["idempotency-key"]); });
+  page.on("requestfailed", (r) => { if (isReserve(r)) failed.push(r.failure()?.errorText); });
   await page.waitForFunction(() => document.getElementById("available").textContent === "5");
   await page.dblclick("#buy");
   await page.waitForSelector("#res-list li .rstate");
   await sleep(500);
-  assert.equal(reserves, 1, "one reserve request");
+  console.log(`double click: ${keys.length} reserve request(s), ${new Set(keys).size} key(s), failed in the network: ${JSON.stringify(failed)}`);
+  assert.equal(new Set(keys).size, 1, `one reserve (one idempotency key): ${JSON.stringify(keys)}`);
+  assert.equal(keys.length, 1 + failed.length, "a second request only where the network failed the first");
   assert.equal(await page.locator("#res-list li").count(), 1);
   assert.equal((await api.stats(product)).body.held, 1);
   await ctx.close();
