@@ -103,9 +103,11 @@ pub const HOME_CALL_TIMEOUT_MS: u64 = 2_000;
 pub const ASK_WAIT_MAX_MS: u64 = 1_200;
 /// The longest home waits for a shard's answer to one push.
 pub const PUSH_TIMEOUT_MS: u64 = 800;
-/// How often a request that waits for another's call home (or home's
-/// drains) looks again.
-pub const HOME_WAIT_POLL_MS: u64 = 2;
+/// At home, the longest an ask or a batch that waits for another's drains
+/// goes without looking again, if nothing wakes it first. It wakes when
+/// anything it waits for changes; this bounds how late it sees a change
+/// that only time makes (`ENDGAME_OWNER_MS`, `GRANT_IN_USE_MS`).
+pub const HOME_RECHECK_MS: u64 = 10;
 const _: () = assert!(PUSH_TIMEOUT_MS < ASK_WAIT_MAX_MS);
 const _: () = assert!(ASK_WAIT_MAX_MS < HOME_CALL_TIMEOUT_MS);
 

@@ -585,8 +585,9 @@ impl Sim {
     }
 
     /// What home's shell does after any event: every parked ask and its
-    /// own reserves handed in again (the shell polls a waiting one every
-    /// `HOME_WAIT_POLL_MS`), and the change of mode looked at.
+    /// own reserves handed in again (the shell wakes a waiting one on every
+    /// change at home, and at least every `HOME_RECHECK_MS`), and the
+    /// change of mode looked at.
     fn after_home_event(&mut self) {
         self.poll_asks();
         self.pump_home();

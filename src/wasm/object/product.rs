@@ -56,9 +56,15 @@ pub struct ProductGate {
     pusher: Rc<RefCell<Pusher>>,
     /// A batch waits for home (a stock shard's call home, or at home the
     /// drains before a batch, and the rules pushed after one): other
-    /// batches wait for it, on a timer rather than spinning. A push from
-    /// home, or a shard's report at home, never waits for it.
+    /// batches wait for it. A push from home, or a shard's report at home,
+    /// never waits for it.
     waiting: std::cell::Cell<bool>,
+    /// Holds the promise that what a waiter waits for may have changed
+    /// (`changed`): a batch ended, home answered an ask, a shard answered
+    /// a push. Waiters wake on it instead of polling: in the endgame every
+    /// request queued behind a shard's call home used to look again every
+    /// 2 ms, and those wakes were most of a sharded sell-out's CPU.
+    changed: js_sys::Object,
 }
 
 fn now_ms() -> u64 {
@@ -74,7 +80,9 @@ impl ProductGate {
     /// if the batch asks for it.
     async fn run_batch(&self) {
         if self.waiting.get() {
-            Delay::from(Duration::from_millis(HOME_WAIT_POLL_MS)).await;
+            // Woken when the batch that waits ends (`done_waiting`), in the
+            // same turn as the flag falls: no wake is lost.
+            let _ = JsFuture::from(changed(&self.changed)).await;
             return;
         }
         let (tickets, cmds) = self.batcher.borrow_mut().take_batch();
@@ -107,7 +115,7 @@ impl ProductGate {
         }
         // New rules bind every shard before anyone is told they are set.
         self.push_rules().await;
-        self.waiting.set(false);
+        self.done_waiting();
         let outcome = outcome.map(|mut replies| {
             if let Some(timing) = calls.server_timing(now_ms()) {
                 for (cmd, reply) in cmds.iter().zip(replies.iter_mut()) {
@@ -141,7 +149,7 @@ impl ProductGate {
                 Some(list) if list.is_empty() => return,
                 Some(list) => self.push_round(list, true).await,
                 None if give_up => return,
-                None => Delay::from(Duration::from_millis(HOME_WAIT_POLL_MS)).await,
+                None => self.changed_or_recheck().await,
             }
         }
     }
@@ -194,6 +202,24 @@ impl ProductGate {
         if let Err(e) = applied {
             worker::console_error!("ProductGate: could not write a shard's answer: {e}");
         }
+        // A drained shard's units are in `U` now.
+        notify(&self.changed);
+    }
+
+    /// The batch that waited for home has ended: the next may run.
+    fn done_waiting(&self) {
+        self.waiting.set(false);
+        notify(&self.changed);
+    }
+
+    /// At home, a wait for what another ask or batch is doing: until it
+    /// changes something (`notify`), or `HOME_RECHECK_MS`, whichever is
+    /// first. The recheck catches what only time changes (an endgame
+    /// owner's lease, units granted a moment ago, the wait's own end).
+    async fn changed_or_recheck(&self) {
+        let woken = JsFuture::from(changed(&self.changed));
+        let recheck = Delay::from(Duration::from_millis(HOME_RECHECK_MS));
+        let _ = select(pin!(woken), pin!(recheck)).await;
     }
 
     /// At home, a shard's report: applied, and its ask answered, after the
@@ -212,6 +238,8 @@ impl ProductGate {
                 Ok(Ok(HomeStep::Reply(mut reply))) => {
                     reply.drains = hold.drains;
                     self.after_change();
+                    // An ask answered frees the endgame for the next.
+                    notify(&self.changed);
                     let body = serde_json::to_string(&reply)?;
                     return http::raw(
                         200,
@@ -223,9 +251,7 @@ impl ProductGate {
                     hold.drains += 1;
                     self.push_round(list, true).await;
                 }
-                Ok(Ok(HomeStep::Wait)) => {
-                    Delay::from(Duration::from_millis(HOME_WAIT_POLL_MS)).await
-                }
+                Ok(Ok(HomeStep::Wait)) => self.changed_or_recheck().await,
                 Ok(Err(refusal)) => {
                     worker::console_error!("ProductGate: home refused a report: {refusal:?}");
                     return http::problem(Problem::internal());
@@ -509,7 +535,7 @@ extern "C" {
     fn fan_out(state: &DurableObjectState, message: &str, version: f64) -> u32;
 }
 
-use crate::limits::HOME_WAIT_POLL_MS;
+use crate::limits::HOME_RECHECK_MS;
 
 /// Sends `cmd` to the object named `name` (Durable Object to Durable
 /// Object, inside the Worker): as a header when it fits, else as the body.
@@ -666,6 +692,17 @@ export function next_tick(slot) {
     }, 0));
   }
   return slot.tick;
+}
+export function changed(slot) {
+  if (slot.changed === undefined) {
+    slot.changed = new Promise((resolve) => { slot.resolve = resolve; });
+  }
+  return slot.changed;
+}
+export function notify(slot) {
+  const resolve = slot.resolve;
+  slot.changed = slot.resolve = undefined;
+  if (resolve !== undefined) resolve();
 }")]
 extern "C" {
     /// The command's header, read in one call across the boundary.
@@ -677,6 +714,14 @@ extern "C" {
     /// before resolving, so a command that arrives after it fired waits for
     /// the next.
     fn next_tick(slot: &js_sys::Object) -> js_sys::Promise;
+
+    /// A promise that resolves at the next `notify` of `slot`, one for
+    /// every waiter until then.
+    fn changed(slot: &js_sys::Object) -> js_sys::Promise;
+
+    /// Wakes every waiter on `slot`'s promise; a later `changed` makes a
+    /// new one.
+    fn notify(slot: &js_sys::Object);
 }
 
 // The class the runtime instantiates, exported by hand rather than by
@@ -729,6 +774,7 @@ impl ProductGate {
             tick: js_sys::Object::new(),
             pusher: Rc::default(),
             waiting: std::cell::Cell::new(false),
+            changed: js_sys::Object::new(),
         }
     }
 
@@ -746,7 +792,7 @@ impl ProductGate {
         if self.object.borrow().is_shard() && !self.waiting.get() {
             self.waiting.set(true);
             self.call_home(0, None).await;
-            self.waiting.set(false);
+            self.done_waiting();
         }
         self.drain_outbox().await?;
         self.arm().await?;
