@@ -58,7 +58,7 @@ const _: () = assert!(ADMIN_ORDERS_PAGE_DEFAULT <= ADMIN_ORDERS_PAGE_MAX);
 /// verify one payload, and a try's cost to a solver. At this cost the
 /// browser's WebCrypto spends most of a try deriving, not in call overhead,
 /// so a native script solves little faster than a page (the measurements
-/// are in ARCHITECTURE.md's table of settings).
+/// are in bench/RESULTS.md, "The waiting room's proof of work").
 pub const POW_COST_ROUNDS: u32 = 250;
 /// How long a challenge may be answered: long enough for a slow phone's
 /// solve at the highest level (a minute and more on average), so that few
@@ -138,7 +138,7 @@ pub const FANOUT_SHARE_MAX_PERCENT: u64 = 25;
 /// The most sockets one product's object keeps by default. Past it, a new
 /// viewer is refused with `live_full` and told to poll the edge-cached
 /// product read, so that a hot product's object does not spend its time on
-/// fan-out. Measured (`node bench/live.mjs`, ARCHITECTURE.md "Live
+/// fan-out. Measured (`node bench/live.mjs`, bench/RESULTS.md, "Live
 /// updates"): a broadcast to 2,000 sockets costs workerd about 116 ms of
 /// CPU, the runtime's own cost of 2,000 sends, so pushes to that many come
 /// about twice a second (`push_interval_ms`).
