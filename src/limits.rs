@@ -52,6 +52,13 @@ pub const ADMIN_ORDERS_PAGE_MAX: usize = 100;
 pub const ADMIN_ORDERS_PAGE_DEFAULT: usize = 20;
 const _: () = assert!(ADMIN_ORDERS_PAGE_DEFAULT <= ADMIN_ORDERS_PAGE_MAX);
 
+// edge/page.rs
+
+/// The longest payment origin the page's policy names; a longer one is
+/// left out (and the Pay button's call refused by the browser) rather than
+/// sent.
+pub const PAYMENT_ORIGIN_BYTES_MAX: usize = 256;
+
 // edge/pow.rs
 
 /// PBKDF2 rounds per try of the join's proof of work: the edge's cost to
@@ -109,6 +116,11 @@ pub const HOME_WAIT_POLL_MS: u64 = 2;
 const _: () = assert!(PUSH_TIMEOUT_MS < ASK_WAIT_MAX_MS);
 const _: () = assert!(ASK_WAIT_MAX_MS < HOME_CALL_TIMEOUT_MS);
 
+// object/home_call.rs
+
+/// The most calls home one batch of reserves makes.
+pub const CALL_ROUNDS_MAX: u32 = 3;
+
 // object/delivery.rs
 
 /// How long one delivery to the origin may take before it counts as failed.
@@ -154,6 +166,11 @@ pub const LIVE_SOCKETS_MAX_MAX: u32 = 32_000;
 /// since the runtime answers their pings, and every other viewer would be
 /// sent to poll.
 pub const LIVE_SOCKETS_PER_CLIENT_MAX: usize = 8;
+
+// protocol/buyer_filter.rs
+
+/// The largest buyer filter published, in bytes: the core's largest.
+pub const FILTER_BYTES_MAX: usize = flashgate_core::limits::BLOOM_BYTES_MAX;
 
 // protocol/mod.rs
 

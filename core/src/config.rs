@@ -71,11 +71,13 @@ pub mod limits {
     /// beyond it, tickets are counted without the check.
     pub const ARRIVALS_NAMED_MAX: usize = 1_024;
     /// The buyers the object's filter of those who joined is sized for:
-    /// the most that fit the largest filter (`bloom::BLOOM_BYTES_MAX`) at
+    /// the most that fit the largest filter (`BLOOM_BYTES_MAX`) at
     /// its intended rate of false positives. Past it a new buyer is more
     /// often taken for one who joined before, and not counted, so the room
     /// admits a little faster than `admit_per_s`.
     pub const JOINED_SIZED_FOR: u64 = 131_072;
+    /// The largest Bloom filter of buyers (`crate::bloom`), in bytes.
+    pub const BLOOM_BYTES_MAX: usize = 256 * 1024;
     /// The most expiries and purges one event settles (bench/RESULTS.md,
     /// "The core", gives the measurement behind it). More that are due wait
     /// for the next event, and the alarm is set to fire at once.
