@@ -15,8 +15,8 @@ import { createConnection } from "node:net";
 import { cpus, totalmem, tmpdir } from "node:os";
 import { join } from "node:path";
 import * as keys from "../tests/support/keys.mjs";
-import { startOrigin } from "../tests/support/origin.mjs";
-import { freePort, gateVars, ROOT, startGate, WORKERD } from "../tests/support/runtime.mjs";
+import { originBinary, startOrigin } from "../tests/support/origin.mjs";
+import { cargoBinary, freePort, GATE_BUILT, gateVars, requireBuilt, ROOT, startGate, WORKERD } from "../tests/support/runtime.mjs";
 import { startCeiling } from "./ceiling.mjs";
 
 // The smoke run: `--smoke`, or FLASHGATE_COMPARE_SMOKE=1 for the test that
@@ -70,8 +70,7 @@ export async function startZooKeeper() {
   return { hosts: `127.0.0.1:${port}`, proc, async stop() { proc.kill("SIGTERM"); await exited; } };
 }
 
-const targetDir = JSON.parse(execFileSync("cargo", ["metadata", "--format-version", "1", "--no-deps"], { cwd: ROOT })).target_directory;
-const bin = (name) => join(targetDir, PROFILE, name);
+const bin = (name) => cargoBinary(name, PROFILE)[0];
 
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 
@@ -465,6 +464,9 @@ function writeResults(text) {
 }
 
 async function main() {
+  // Before anything starts: on a fresh clone, which commands build what the
+  // run needs.
+  requireBuilt([cargoBinary("flashgate-load", PROFILE), cargoBinary("flashgate-peers", PROFILE), originBinary(), ...GATE_BUILT]);
   const started = new Date();
   console.error(`compare: ${SMOKE ? "smoke" : "full"} run, ${RUNS} run(s) per system, ${PROFILE} binaries`);
   const rows = await systems();
@@ -498,7 +500,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   main().then(
     () => process.exit(0),
     (e) => {
-      console.error(e);
+      console.error(e.message?.startsWith("not built yet") ? e.message : e);
       process.exit(2);
     },
   );

@@ -20,7 +20,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { gzipSync } from "node:zlib";
-import { ROOT, startGate } from "../tests/support/runtime.mjs";
+import { exitUnlessBuilt, GATE_BUILT, ROOT, startGate } from "../tests/support/runtime.mjs";
 import { client, pool } from "../tests/support/client.mjs";
 import { buyerToken } from "../tests/support/keys.mjs";
 import { load, median } from "./load.mjs";
@@ -39,6 +39,7 @@ function peakRssMiB(pid) {
 const fmt = (r) => `${r.rps.toFixed(0).padStart(6)} req/s   p50 ${r.p50.toFixed(2).padStart(6)} ms   p99 ${r.p99.toFixed(2).padStart(7)} ms   cpu ${r.cpu.toFixed(0).padStart(4)} us/req`;
 
 async function main() {
+  exitUnlessBuilt(GATE_BUILT);
   const wasm = readFileSync(join(ROOT, "build/index_bg.wasm"));
   const js = readFileSync(join(ROOT, "build/index.js"));
   console.log(`flashgate edge bench: bare workerd, ${CONNECTIONS} connections, ${SECONDS} s x ${RUNS} runs (median)`);

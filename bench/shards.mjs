@@ -16,13 +16,12 @@
 // while buyers were refused). The capacity line is a model, and says so.
 // Never fails on speed; exits non-zero only when a run could not be made
 // or a verdict failed.
-import { execFileSync, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import { cpus } from "node:os";
-import { join } from "node:path";
 import { cpuUs, median } from "./load.mjs";
 import * as keys from "../tests/support/keys.mjs";
-import { startOrigin } from "../tests/support/origin.mjs";
-import { gateVars, ROOT, startGate } from "../tests/support/runtime.mjs";
+import { originBinary, startOrigin } from "../tests/support/origin.mjs";
+import { cargoBinary, exitUnlessBuilt, GATE_BUILT, gateVars, startGate } from "../tests/support/runtime.mjs";
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 1);
 const SHARDS = (process.env.BENCH_SHARDS ?? "1,2,4,8").split(",").map(Number);
@@ -48,8 +47,10 @@ const ALL_WORKLOADS = [
 /** `BENCH_WORKLOADS=0,2` picks workloads by their place above. */
 const WORKLOADS = (process.env.BENCH_WORKLOADS ?? "0,1,2").split(",").map((i) => ALL_WORKLOADS[Number(i)]);
 
-const targetDir = JSON.parse(execFileSync("cargo", ["metadata", "--format-version", "1", "--no-deps"], { cwd: ROOT })).target_directory;
-const bin = (name) => join(targetDir, PROFILE, name);
+const bin = (name) => cargoBinary(name, PROFILE)[0];
+// Before anything starts: on a fresh clone, which commands build what the
+// run needs.
+exitUnlessBuilt([cargoBinary("flashgate-load", PROFILE), originBinary(), ...GATE_BUILT]);
 
 function load(args) {
   return new Promise((ok, fail) => {

@@ -16,9 +16,9 @@
 //! and the admin hold ids already shown, and the origin names each order by
 //! its id (`delivery::batch`), so a void sent after a change of encoding
 //! would name no order the origin knows. A test pins the encoding. (A
-//! SipHash round function was measured at about 3% of a buyer's read and
-//! taken back for this reason; ARCHITECTURE.md, "Where a request's time
-//! goes".)
+//! SipHash round function was measured at about 3% of a buyer's read, with
+//! `bench/profile.mjs`, and taken back for this reason; bench/RESULTS.md,
+//! "The gate on bare workerd beside the JavaScript ceiling".)
 
 use flashgate_wire::bounds::valid_reservation_id;
 use flashgate_wire::mac::hmac_sha256;

@@ -52,13 +52,20 @@ pub const ADMIN_ORDERS_PAGE_MAX: usize = 100;
 pub const ADMIN_ORDERS_PAGE_DEFAULT: usize = 20;
 const _: () = assert!(ADMIN_ORDERS_PAGE_DEFAULT <= ADMIN_ORDERS_PAGE_MAX);
 
+// edge/page.rs
+
+/// The longest payment origin the page's policy names; a longer one is
+/// left out (and the Pay button's call refused by the browser) rather than
+/// sent.
+pub const PAYMENT_ORIGIN_BYTES_MAX: usize = 256;
+
 // edge/pow.rs
 
 /// PBKDF2 rounds per try of the join's proof of work: the edge's cost to
 /// verify one payload, and a try's cost to a solver. At this cost the
 /// browser's WebCrypto spends most of a try deriving, not in call overhead,
 /// so a native script solves little faster than a page (the measurements
-/// are in ARCHITECTURE.md's table of settings).
+/// are in bench/RESULTS.md, "The waiting room's proof of work").
 pub const POW_COST_ROUNDS: u32 = 250;
 /// How long a challenge may be answered: long enough for a slow phone's
 /// solve at the highest level (a minute and more on average), so that few
@@ -111,6 +118,11 @@ pub const HOME_RECHECK_MS: u64 = 10;
 const _: () = assert!(PUSH_TIMEOUT_MS < ASK_WAIT_MAX_MS);
 const _: () = assert!(ASK_WAIT_MAX_MS < HOME_CALL_TIMEOUT_MS);
 
+// object/home_call.rs
+
+/// The most calls home one batch of reserves makes.
+pub const CALL_ROUNDS_MAX: u32 = 3;
+
 // object/delivery.rs
 
 /// How long one delivery to the origin may take before it counts as failed.
@@ -140,7 +152,7 @@ pub const FANOUT_SHARE_MAX_PERCENT: u64 = 25;
 /// The most sockets one product's object keeps by default. Past it, a new
 /// viewer is refused with `live_full` and told to poll the edge-cached
 /// product read, so that a hot product's object does not spend its time on
-/// fan-out. Measured (`node bench/live.mjs`, ARCHITECTURE.md "Live
+/// fan-out. Measured (`node bench/live.mjs`, bench/RESULTS.md, "Live
 /// updates"): a broadcast to 2,000 sockets costs workerd about 116 ms of
 /// CPU, the runtime's own cost of 2,000 sends, so pushes to that many come
 /// about twice a second (`push_interval_ms`).
@@ -156,6 +168,11 @@ pub const LIVE_SOCKETS_MAX_MAX: u32 = 32_000;
 /// since the runtime answers their pings, and every other viewer would be
 /// sent to poll.
 pub const LIVE_SOCKETS_PER_CLIENT_MAX: usize = 8;
+
+// protocol/buyer_filter.rs
+
+/// The largest buyer filter published, in bytes: the core's largest.
+pub const FILTER_BYTES_MAX: usize = flashgate_core::limits::BLOOM_BYTES_MAX;
 
 // protocol/mod.rs
 

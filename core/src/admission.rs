@@ -6,7 +6,8 @@
 //! re-roll). Every ticket has a place in one total order, its [`QueueKey`]:
 //! - arrivals during the pre-queue, before `opens_at_ms`, come first, in
 //!   the order of their tiebreaks: a lottery, since arriving early in the
-//!   pre-queue must not pay (ARCHITECTURE.md says why);
+//!   pre-queue must not pay (docs/admission.md, "The waiting room",
+//!   says why);
 //! - later arrivals follow, first come first served, ties by tiebreak.
 //!
 //! The object keeps a watermark in that order: every ticket below it is

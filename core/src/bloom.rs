@@ -6,10 +6,10 @@
 //! one over the buyers with paid records in storage (`archive.rs`), so
 //! that it reads storage only for a buyer who may have some; and the edge's
 //! filter of buyers whose retries must reach a sold-out product
-//! (`src/buyer_filter.rs`) starts from it.
+//! (`src/protocol/buyer_filter.rs`) starts from it.
 
-/// The largest filter, in bytes.
-pub const BLOOM_BYTES_MAX: usize = 256 * 1024;
+use crate::config::limits::BLOOM_BYTES_MAX;
+
 /// Bits per buyer the filter is sized for: about a 0.05% false-positive
 /// rate with 11 hashes.
 pub const BLOOM_BITS_PER_ITEM: usize = 16;

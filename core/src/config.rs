@@ -44,7 +44,7 @@ pub mod limits {
     /// at about 200 bytes of wasm memory per held record; at this cap the
     /// isolate's wasm memory was 39.7 MiB, under a third of the isolate's
     /// 128 MB, and at 300,000 it was 65.7 MiB, over half
-    /// (ARCHITECTURE.md, "Memory").
+    /// (docs/memory.md, "The cap"; bench/RESULTS.md, "Memory and restore").
     pub const RESERVATIONS_MAX_MAX: u32 = 200_000;
     pub const RESERVATIONS_MAX_DEFAULT: u32 = RESERVATIONS_MAX_MAX;
     /// The fastest a waiting room may admit, in tickets per second.
@@ -71,14 +71,16 @@ pub mod limits {
     /// beyond it, tickets are counted without the check.
     pub const ARRIVALS_NAMED_MAX: usize = 1_024;
     /// The buyers the object's filter of those who joined is sized for:
-    /// the most that fit the largest filter (`bloom::BLOOM_BYTES_MAX`) at
+    /// the most that fit the largest filter (`BLOOM_BYTES_MAX`) at
     /// its intended rate of false positives. Past it a new buyer is more
     /// often taken for one who joined before, and not counted, so the room
     /// admits a little faster than `admit_per_s`.
     pub const JOINED_SIZED_FOR: u64 = 131_072;
-    /// The most expiries and purges one event settles (ARCHITECTURE.md
-    /// gives the measurement behind it). More that are due wait for the
-    /// next event, and the alarm is set to fire at once.
+    /// The largest Bloom filter of buyers (`crate::bloom`), in bytes.
+    pub const BLOOM_BYTES_MAX: usize = 256 * 1024;
+    /// The most expiries and purges one event settles (bench/RESULTS.md,
+    /// "The core", gives the measurement behind it). More that are due wait
+    /// for the next event, and the alarm is set to fire at once.
     pub const SETTLE_PER_EVENT_MAX: u32 = 2_000;
     /// A product's face (`crate::face`): a name in one language, in bytes
     /// of UTF-8 (40 Chinese characters), and its short description.
@@ -107,7 +109,7 @@ pub mod limits {
     /// product may ask, and the level a setting that names none asks. Level
     /// 4 (16^4 PBKDF2 tries) took a median of 5.3 s in headless Chromium
     /// on 2 cores; level 5 passed the widget's 90 s timeout there
-    /// (ARCHITECTURE.md's table of settings).
+    /// (bench/RESULTS.md, "The waiting room's proof of work").
     pub const POW_LEVEL_MAX: u8 = 4;
     pub const POW_LEVEL_DEFAULT: u8 = 3;
     /// Adaptive proof of work: the join rate is taken over this window, and

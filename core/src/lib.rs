@@ -6,16 +6,22 @@
 //! storage and network in and out. That is what lets the simulator in
 //! `tests/sim.rs` drive it through millions of interleavings from a seed.
 //!
-//! The contract is the invariants ARCHITECTURE.md states (I1–I7); the core
-//! keeps these:
+//! The contract is the seven invariants ARCHITECTURE.md states (I1–I7); the
+//! core keeps its part of them:
 //! - I1: `available + held + sold == stock_total`, asserted wherever units
 //!   move.
+//! - I2: every confirmation, void and change of the stock total enters the
+//!   outbox in the same call.
 //! - I3: a retried reserve with the same idempotency key replays its answer
 //!   and never takes stock twice.
 //! - I4: a reservation resolves once: `held -> confirmed | cancelled |
 //!   expired`; a confirm at or after expiry is refused.
-//! - Every confirmation, void and change of the stock total enters the
-//!   outbox in the same call (for I2).
+//! - I5: a refused command changes nothing, beyond settling the timeouts
+//!   that were due and counting the buyer's attempt against its pace.
+//! - I6: the core takes the buyer the edge proved, and another buyer's
+//!   reservation is unknown to it.
+//! - I7: the waiting room's tickets are in one total order, none is
+//!   admitted before one ahead of it, and the watermark never moves back.
 
 pub mod admission;
 pub mod archive;

@@ -3,7 +3,8 @@
 //! Every call records which rows it touched; `Gate::poll_changes` renders
 //! them as puts and deletes, so the shell writes O(1) rows per request and
 //! never the whole state. `Gate::restore` rebuilds an identical gate from the
-//! rows. The rows are the Durable Object's SQLite schema (see ARCHITECTURE.md):
+//! rows. The rows are the Durable Object's SQLite schema (docs/storage.md,
+//! "The rows"):
 //!
 //! | row            | key                  | table                     |
 //! |----------------|----------------------|---------------------------|

@@ -7,7 +7,7 @@
 //! `UPDATE_EXPECT=1 cargo test -p flashgate-core --test scenarios` rewrites
 //! it after a deliberate change, and the diff shows what changed. A change of
 //! API touches `run_op`, not the scenarios. Between steps the rows from
-//! `take_changes` are written to a map, and the `restore` operation rebuilds
+//! `poll_changes` are written to a map, and the `restore` operation rebuilds
 //! the gate from that map alone. Lines starting with `#` are comments and are
 //! copied into the transcript.
 

@@ -1,5 +1,5 @@
 //! Who may call the origin, and how each proves it (docs/security.md, "Who
-//! may do what, proven how"):
+//! may do what"):
 //! - the gate delivers batches, signed with a forwarding key
 //!   (`flashgate_wire::signing`, purpose `forward`);
 //! - the shop reads orders, products and metrics with a read token, and

@@ -19,6 +19,8 @@ use sqlx::error::BoxDynError;
 use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
 use sqlx::{AnyPool, Executor, Row};
 
+use crate::limits::{READ_CONNECTIONS_MAX, TX_ATTEMPTS_MAX, WRITE_CONNECTIONS_MAX};
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     Sqlite,
@@ -98,16 +100,6 @@ impl MigrationSource<'static> for Embedded {
         Box::pin(std::future::ready(Ok(migrations)))
     }
 }
-
-/// How many times a batch transaction is retried when the database reports
-/// a deadlock or a serialization failure, which concurrent deliveries of the
-/// same batch can cause on PostgreSQL.
-const TX_ATTEMPTS_MAX: u32 = 5;
-/// Connections of the read pool: reads beyond them wait (and are shed
-/// further up by the router's concurrency limit).
-pub const READ_CONNECTIONS_MAX: u32 = 4;
-/// Connections of the write pool on PostgreSQL. SQLite has one writer.
-const WRITE_CONNECTIONS_MAX: u32 = 8;
 
 /// A product's totals at the origin: one row, kept by ingest.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

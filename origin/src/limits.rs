@@ -41,6 +41,15 @@ pub const BATCHES_IN_FLIGHT_MAX: usize = 32;
 pub const BUYER_TOKEN_TTL_S: u64 = 60 * 60;
 /// How long the gate may take to answer a demo payment's confirmation.
 pub const GATE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many times a batch transaction is retried when the database reports
+/// a deadlock or a serialization failure, which concurrent deliveries of the
+/// same batch can cause on PostgreSQL.
+pub const TX_ATTEMPTS_MAX: u32 = 5;
+/// Connections of the read pool: reads beyond them wait (and are shed
+/// further up by the router's concurrency limit).
+pub const READ_CONNECTIONS_MAX: u32 = 4;
+/// Connections of the write pool on PostgreSQL. SQLite has one writer.
+pub const WRITE_CONNECTIONS_MAX: u32 = 8;
 
 // The body's deadline must fall inside the request's, or the request's
 // would cut a slow body first and answer with the wrong code.

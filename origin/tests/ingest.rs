@@ -320,7 +320,7 @@ on_both!(
             },
             now_ms(),
         );
-        let stale_at = now_ms() - signing::SIGNATURE_SKEW_MS_MAX - 1_000;
+        let stale_at = now_ms() - flashgate_wire::bounds::SIGNATURE_SKEW_MS_MAX - 1_000;
         let stale = signing::sign(
             &keys(&FORWARD_KEYS),
             &signing::Request {

@@ -1,5 +1,5 @@
-//! Who may do what at the gate, and how each is proven (ARCHITECTURE.md,
-//! "Who may do what, proven how"):
+//! Who may do what at the gate, and how each is proven (docs/security.md,
+//! "Who may do what"):
 //! - a buyer is whoever a valid buyer token names (`Authorization: Bearer`
 //!   or the session cookie, `__Host-fg_buyer` over https), checked at the edge with no round trip;
 //! - only the shop's payment backend confirms: a request signed with a

@@ -11,6 +11,7 @@
 //! lang>` and `<meta>`), so a script's hash never depends on the request.
 
 use crate::edge::routes::Page;
+use crate::limits::PAYMENT_ORIGIN_BYTES_MAX;
 
 /// The CSP sources of a page's inline scripts and styles.
 struct Hashes {
@@ -98,10 +99,6 @@ pub fn html(page: &Page, lang: Lang, payment_url: &str) -> String {
         .replace(PAYMENT_URL, &escape(payment_url))
         .replace(PRODUCT_ID, &escape(product_id))
 }
-
-/// The longest payment origin the policy names; a longer one is left out
-/// (and the Pay button's call refused by the browser) rather than sent.
-const PAYMENT_ORIGIN_BYTES_MAX: usize = 256;
 
 /// The origin (`scheme://host[:port]`) of `payment_url`, if it is an http(s)
 /// URL whose origin is safe to write into a policy: only the characters a

@@ -13,7 +13,8 @@
 //!
 //! Reads wait for the tick too. Answering a read with nothing queued at
 //! once, without the timer, was measured and is slower: 10 to 20 % more
-//! workerd CPU time per read under 64 connections (ARCHITECTURE.md).
+//! workerd CPU time per read under 64 connections (`node bench/edge.mjs`,
+//! a buyer's read of its hold).
 
 use std::collections::{BTreeMap, VecDeque};
 

@@ -11,8 +11,7 @@
 //! shard has, and a buyer it cannot serve hears `unavailable`, never a
 //! guessed `sold_out`.
 
-/// The most calls home one batch of reserves makes.
-pub const CALL_ROUNDS_MAX: u32 = 3;
+use crate::limits::CALL_ROUNDS_MAX;
 
 /// One batch's calls home, counted as they go: its rounds, and the time
 /// and round trips its buyers waited (for the `server-timing` they see).

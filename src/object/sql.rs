@@ -1,6 +1,6 @@
 //! The Durable Object's SQLite schema, and the mapping between its tables
-//! and the core's rows (`flashgate_core::Row`). ARCHITECTURE.md documents the
-//! tables.
+//! and the core's rows (`flashgate_core::Row`). docs/storage.md, "The rows",
+//! documents the tables.
 //!
 //! Pure: it speaks to any `SqlDb`, which the Worker implements over the
 //! object's `SqlStorage` (`wasm/object/sqlite.rs`) and the tests implement over

@@ -16,11 +16,10 @@
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use flashgate_core::bloom::{bit_indexes, Bloom, BLOOM_BYTES_MAX, BLOOM_HASHES};
+use flashgate_core::bloom::{bit_indexes, Bloom, BLOOM_HASHES};
 use serde::{Deserialize, Serialize};
 
-/// The largest filter published, in bytes.
-pub const FILTER_BYTES_MAX: usize = BLOOM_BYTES_MAX;
+use crate::limits::FILTER_BYTES_MAX;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BuyerFilter {

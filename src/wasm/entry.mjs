@@ -7,9 +7,10 @@
 // in a Proxy whose `get` built another Proxy around each method it handed
 // out, with an `async` wrapper adding a promise to every call. Measured by
 // bench/profile.mjs, that machinery was about a tenth of a request's isolate
-// time (ARCHITECTURE.md, "Where a request's time goes"). Here the default
-// export is a plain object, so no class is built per request, and each
-// Durable Object is a small class that holds its wasm-bindgen object.
+// time (bench/RESULTS.md, "The gate on bare workerd beside the JavaScript
+// ceiling"). Here the default export is a plain object, so no class is
+// built per request, and each Durable Object is a small class that holds
+// its wasm-bindgen object.
 //
 // What the shim was for is kept: a WebAssembly trap (a Rust panic aborts)
 // can leave the wasm instance's memory mid-update, so after one the next

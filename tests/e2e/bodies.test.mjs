@@ -10,7 +10,7 @@
 //
 // Beyond that, workerd itself resets a keep-alive connection whose unread
 // body is larger than about 64 KB, for the JavaScript ceiling's plain Worker
-// as well (ARCHITECTURE.md, "Decisions"); the edge does not read an
+// as well (docs/decisions.md); the edge does not read an
 // oversized body to spare the connection, so that case is not tried here.
 import { test } from "node:test";
 import assert from "node:assert/strict";

@@ -1,23 +1,31 @@
 // Starts the origin service binary (built by scripts/test) on a given or free
 // port, with SQLite in a data dir.
-import { spawn, execFile, execFileSync } from "node:child_process";
+import { spawn, execFile } from "node:child_process";
 import http from "node:http";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { freePort, ROOT } from "./runtime.mjs";
+import { cargoBinary, freePort, requireBuilt } from "./runtime.mjs";
 
 import * as keys from "./keys.mjs";
 
 /**
  * The origin binary: FLASHGATE_ORIGIN_BIN, or the one cargo built in the
  * profile FLASHGATE_ORIGIN_PROFILE names (`debug` for the tests, which share
- * the test build; `release` for the benchmarks).
+ * the test build; `release` for the benchmarks), with the command that
+ * builds it (`requireBuilt`).
  */
+export function originBinary() {
+  const named = process.env.FLASHGATE_ORIGIN_BIN;
+  if (named) return [named, "a build of flashgate-origin at FLASHGATE_ORIGIN_BIN"];
+  return cargoBinary("flashgate-origin", process.env.FLASHGATE_ORIGIN_PROFILE ?? "debug");
+}
+
+/** The origin binary's path, or an error naming the command that builds it. */
 export function originBin() {
-  if (process.env.FLASHGATE_ORIGIN_BIN) return process.env.FLASHGATE_ORIGIN_BIN;
-  const meta = JSON.parse(execFileSync("cargo", ["metadata", "--format-version", "1", "--no-deps"], { cwd: ROOT }));
-  return join(meta.target_directory, process.env.FLASHGATE_ORIGIN_PROFILE ?? "debug", "flashgate-origin");
+  const needed = originBinary();
+  requireBuilt([needed]);
+  return needed[0];
 }
 
 /** The origin's settings in the tests; `env` overrides or adds. */

@@ -1,8 +1,8 @@
 // Starts the built Worker (build/index.js + build/index_bg.wasm) on bare
 // `workerd serve`, with disk-backed Durable Object storage, on a free port.
 // Used by the end-to-end tests, the benchmark and `scripts/dev --bare`.
-import { spawn } from "node:child_process";
-import { copyFileSync, mkdirSync, readFileSync, writeFileSync, mkdtempSync } from "node:fs";
+import { execFileSync, spawn } from "node:child_process";
+import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync, mkdtempSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -11,6 +11,53 @@ import * as keys from "./keys.mjs";
 
 export const ROOT = resolve(fileURLToPath(import.meta.url), "../../..");
 export const WORKERD = join(ROOT, "node_modules/.bin/workerd");
+
+/**
+ * Stops a run before it spawns or copies a file that is not built (a fresh
+ * clone has none of them), naming the command that builds each, where the
+ * spawn would fail with a bare ENOENT. `needs` are [path, command] pairs;
+ * every missing one is named at once.
+ */
+export function requireBuilt(needs) {
+  const missing = new Map();
+  for (const [path, command] of needs) {
+    if (!existsSync(path)) missing.set(command, [...(missing.get(command) ?? []), path]);
+  }
+  if (missing.size === 0) return;
+  const lines = [...missing].map(([command, paths]) => `  ${command}    (builds ${paths.join(", ")})`);
+  throw new Error(`not built yet; run, from ${ROOT}:\n${lines.join("\n")}`);
+}
+
+/** For a script: as `requireBuilt`, but says so and exits 1 without a
+ * stack trace, since nothing is wrong but a step not yet taken. */
+export function exitUnlessBuilt(needs) {
+  try {
+    requireBuilt(needs);
+  } catch (e) {
+    console.error(e.message);
+    process.exit(1);
+  }
+}
+
+/** The runtime and the built Worker a gate runs on, as requireBuilt's pairs. */
+export const GATE_BUILT = [
+  [WORKERD, "npm ci"],
+  [join(ROOT, "build/index.js"), "scripts/build"],
+  [join(ROOT, "build/index_bg.wasm"), "scripts/build"],
+];
+
+let targetDirectory;
+/** The workspace's cargo target directory (`CARGO_TARGET_DIR` included). */
+export function targetDir() {
+  targetDirectory ??= JSON.parse(execFileSync("cargo", ["metadata", "--format-version", "1", "--no-deps"], { cwd: ROOT })).target_directory;
+  return targetDirectory;
+}
+
+/** A binary of the workspace's package `name` in cargo's `profile`, with
+ * the command that builds it, as a requireBuilt pair. */
+export function cargoBinary(name, profile) {
+  return [join(targetDir(), profile, name), `cargo build${profile === "release" ? " --release" : ""} -p ${name}`];
+}
 export const COMPATIBILITY_DATE = "2026-04-01";
 
 export async function freePort() {
@@ -71,6 +118,7 @@ function rateLimitBindings(policies) {
 
 /** Writes the workerd config for the gate and returns its path. */
 export function writeConfig({ dir, stateDir, port, vars }) {
+  requireBuilt(GATE_BUILT);
   // Embedded paths are relative to the config file, so the build is copied
   // beside it; a rebuild during a run then cannot change a running gate.
   for (const f of ["index.js", "index_bg.wasm"]) copyFileSync(join(ROOT, "build", f), join(dir, f));

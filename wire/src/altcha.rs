@@ -38,6 +38,7 @@ use hmac::Mac;
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
+use crate::bounds::{LEVEL_MAX, PAYLOAD_BYTES_MAX};
 use crate::mac::hmac_sha256;
 
 /// The one key derivation this gate offers: the widget's default, computed
@@ -48,11 +49,6 @@ pub const ALGORITHM: &str = "PBKDF2/SHA-256";
 pub const KEY_BYTES: u32 = 32;
 /// Nonce and salt, in bytes (hex in the challenge).
 pub const NONCE_BYTES: usize = 16;
-/// The largest payload a join may carry, in bytes of base64: a challenge
-/// with the longest buyer and product ids is under 900.
-pub const PAYLOAD_BYTES_MAX: usize = 2_048;
-/// The most hex zeros a key prefix may ask for (16^8 tries is hours).
-pub const LEVEL_MAX: u8 = 8;
 
 /// What a challenge is bound to, and its level. Fields in key order: the
 /// parameters' canonical JSON is their serde serialization.

@@ -1,7 +1,8 @@
 //! Every bound and grammar of a field that crosses between the gate and the
 //! origin (and the buyer tokens that come to both from the shop's login or
-//! its identity provider), stated once, and the promises the load tools
-//! judge the gate by.
+//! its identity provider, the key sets and signatures they share, and the
+//! proof of work a buyer's page sends the gate), stated once, and the
+//! promises the load tools judge the gate by.
 //! The gate's core keeps its own limits for its memory budget; the gate
 //! crate checks at compile time that they equal these.
 
@@ -69,6 +70,33 @@ pub const RSA_MODULUS_BITS_MIN: usize = 2048;
 pub const RSA_MODULUS_BITS_MAX: usize = 4096;
 /// The longest RSA public exponent, in bytes (65537 is 3).
 pub const RSA_EXPONENT_BYTES_MAX: usize = 8;
+
+// Key sets (`keys`) and request signatures (`signing`): the gate and the
+// origin read the same sets and sign to each other.
+
+/// The shortest secret a key set accepts: 256 bits of a random string.
+pub const KEY_BYTES_MIN: usize = 32;
+/// The longest key id.
+pub const KID_BYTES_MAX: usize = 32;
+/// The most keys one set may hold.
+pub const KEYS_PER_SET_MAX: usize = 8;
+/// The least estimated strength of a secret, in bits (`keys::check_secret`).
+pub const SECRET_BITS_MIN: f64 = 128.0;
+/// How much of a secret `keys::estimated_bits` reads: enough for any secret
+/// worth having, and a bound on the work a hostile value can cause.
+pub const SECRET_BYTES_ESTIMATED_MAX: usize = 1024;
+/// A signature older or newer than this is refused, so a captured request
+/// cannot be replayed later.
+pub const SIGNATURE_SKEW_MS_MAX: u64 = 5 * 60 * 1000;
+
+// The proof of work's payload (`altcha`): it crosses from the buyer's
+// page, or a shop's own widget, to the gate.
+
+/// The largest payload a join may carry, in bytes of base64: a challenge
+/// with the longest buyer and product ids is under 900.
+pub const PAYLOAD_BYTES_MAX: usize = 2_048;
+/// The most hex zeros a key prefix may ask for (16^8 tries is hours).
+pub const LEVEL_MAX: u8 = 8;
 
 fn id_byte(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_' || c == b'-'

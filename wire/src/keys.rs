@@ -16,14 +16,10 @@ use std::fmt;
 use hmac::Hmac;
 use sha2::Sha256;
 
+use crate::bounds::{
+    KEYS_PER_SET_MAX, KEY_BYTES_MIN, KID_BYTES_MAX, SECRET_BITS_MIN, SECRET_BYTES_ESTIMATED_MAX,
+};
 use crate::mac::hmac_sha256;
-
-/// The shortest secret a key set accepts: 256 bits of a random string.
-pub const KEY_BYTES_MIN: usize = 32;
-/// The longest key id.
-pub const KID_BYTES_MAX: usize = 32;
-/// The most keys one set may hold.
-pub const KEYS_PER_SET_MAX: usize = 8;
 
 /// One key: its id, from when it signs, and its secret.
 #[derive(Clone)]
@@ -205,12 +201,6 @@ impl KeySet {
         })
     }
 }
-
-/// The least estimated strength of a secret, in bits (`check_secret`).
-pub const SECRET_BITS_MIN: f64 = 128.0;
-/// How much of a secret `estimated_bits` reads: enough for any secret
-/// worth having, and a bound on the work a hostile value can cause.
-pub const SECRET_BYTES_ESTIMATED_MAX: usize = 1024;
 
 /// Secrets that anyone can read: the placeholders of the example
 /// configuration and every secret that the repository's tests and fixtures

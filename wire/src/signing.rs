@@ -24,11 +24,9 @@
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
+use crate::bounds::SIGNATURE_SKEW_MS_MAX;
 use crate::keys::{Key, KeySet};
 
-/// A signature older or newer than this is refused, so a captured request
-/// cannot be replayed later.
-pub const SIGNATURE_SKEW_MS_MAX: u64 = 5 * 60 * 1000;
 pub const KEY_ID_HEADER: &str = "x-flashgate-key-id";
 pub const TIMESTAMP_HEADER: &str = "x-flashgate-timestamp";
 pub const SIGNATURE_HEADER: &str = "x-flashgate-signature";
