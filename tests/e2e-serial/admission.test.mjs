@@ -159,6 +159,22 @@ test("a replay survives the sold-out fast path; 5,000 later buyers are answered 
   assert.equal(after.held, 100, "nothing changed");
 }));
 
+/** Runs each `fn` given it with at most `n` in flight. */
+function inFlight(n) {
+  let busy = 0;
+  const waiting = [];
+  return async (fn) => {
+    while (busy >= n) await new Promise((ok) => waiting.push(ok));
+    busy++;
+    try {
+      return await fn();
+    } finally {
+      busy--;
+      waiting.shift()?.();
+    }
+  };
+}
+
 test("2,000 buyers in a waiting room cost the object about one request per second", () => withGate(async ({ api }) => {
   const P = "crowd";
   const random = rng();
@@ -179,17 +195,23 @@ test("2,000 buyers in a waiting room cost the object about one request per secon
   // The polling window starts once everyone holds a ticket: on a loaded
   // machine the joins alone can take seconds.
   const joined = Date.now();
+  // 2,000 buyers poll, through at most 200 requests in flight, as they
+  // would reach the platform through its edge rather than on sockets of
+  // their own: bare workerd on this machine closed connections under
+  // 2,000 open at once, and this test counts the object's work, not the
+  // runtime's sockets.
+  const slot = inFlight(200);
   const poller = async (i) => {
     const b = buyers[i];
     const ticket = tickets[i].body.ticket;
     let lastPosition = Infinity;
     while (Date.now() - joined < 8_000 && !admittedAt.has(b)) {
-      const s = await api.standing(P, b, ticket);
+      const s = await slot(() => api.standing(P, b, ticket));
       polls.total++;
       assert.equal(s.status, 200, JSON.stringify(s.body));
       if (s.body.admitted) {
         admittedAt.set(b, Date.now());
-        reserves.push(await api.reserve(P, b, 1, `crowd-${i}`, { "flashgate-ticket": ticket }));
+        reserves.push(await slot(() => api.reserve(P, b, 1, `crowd-${i}`, { "flashgate-ticket": ticket })));
         break;
       }
       assert.ok(s.body.position >= 1, "a buyer not admitted has someone ahead");
