@@ -19,6 +19,13 @@ export async function json(r) {
   return { status: r.status, headers: r.headers, body };
 }
 
+/** How long a test waits for something that must happen in the end (an
+ * expired hold's unit back at the edge, a level the edge asks, a report in
+ * the stats): so long that only what never happens misses it, however
+ * loaded the machine. How long it took is a figure for a benchmark, which
+ * a test may log but does not assert. */
+export const EVENTUALLY_MS = 60_000;
+
 /**
  * Every attempt the clients sent again after a network error or a hang,
  * in order: `{ method, url, error, attempt, attempts, sentAt, failedAt }`
