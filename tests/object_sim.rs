@@ -14,6 +14,11 @@
 //! is answered and none of its rows is stored; an eviction between batches
 //! loses only the commands still waiting, which nobody was answered for.
 //!
+//! A reserve's 201 is sometimes lost on the way back, as a reset connection
+//! loses it: the client sends the same request again at once, with the same
+//! key, sometimes to a new instance. The retry must get the same answer,
+//! marked replayed, and write nothing, so that it takes no more stock (I3).
+//!
 //! `cargo test --test object_sim` runs 100 seeds of 3,000 steps.
 //! `OBJECT_SIM_SEED=n` runs one seed, `OBJECT_SIM_SEEDS=n` n seeds, and
 //! `OBJECT_SIM_STEPS=n` sets the steps per seed (`flashgate_testkit::Plan`).
@@ -291,9 +296,15 @@ struct Sim {
     pending: Vec<Command>,
     batches: u64,
     failed_batches: u64,
+    /// Reserves whose 201 was lost and whose retry got it again.
+    lost_answers_retried: u64,
 }
 
 const PRODUCT: &str = "sim";
+
+/// The most times a client sends a lost answer's request again: far more
+/// than the faults a run injects at once.
+const LOST_ANSWER_RETRIES_MAX: usize = 8;
 
 fn codec() -> &'static IdCodec {
     static CODEC: std::sync::OnceLock<IdCodec> = std::sync::OnceLock::new();
@@ -325,6 +336,7 @@ impl Sim {
             pending: Vec::new(),
             batches: 0,
             failed_batches: 0,
+            lost_answers_retried: 0,
         }
     }
 
@@ -379,10 +391,73 @@ impl Sim {
         };
         assert_eq!(replies.len(), batch.len(), "one reply per command");
         let mut out = format!("batch of {}:", batch.len());
+        let mut lost = Vec::new();
         for (cmd, reply) in batch.iter().zip(replies) {
             out.push_str(&format!(" {}", self.acknowledged(cmd, &reply)));
+            if matches!(cmd, Command::Reserve { .. }) && reply.status == 201 && self.rng.chance(25)
+            {
+                lost.push((cmd.clone(), reply));
+            }
+        }
+        if !lost.is_empty() {
+            out.push_str(&format!(" {}", self.retry_lost(lost)));
         }
         out
+    }
+
+    /// The client of each reserve in `lost` never saw its 201 (the
+    /// connection reset on the way back), so it sends the same request
+    /// again at once, with the same key; sometimes the object was evicted
+    /// meanwhile and a new instance takes it. Each retry must get the first
+    /// answer again, marked replayed, and write nothing: it takes no more
+    /// stock. A retry whose own batch fails (an injected fault) got no
+    /// answer either, and is sent again.
+    fn retry_lost(&mut self, lost: Vec<(Command, flashgate::http::reply::Reply)>) -> String {
+        let mut out = format!("{} answers lost;", lost.len());
+        if self.rng.chance(30) {
+            let entropy = self.rng.next_u64().to_le_bytes().repeat(4);
+            self.object = ProductObject::new(SECRET, entropy.try_into().unwrap());
+            self.in_flight = None;
+            out.push_str(" evicted;");
+        }
+        let retries: Vec<Command> = lost.iter().map(|(cmd, _)| cmd.clone()).collect();
+        // Each failure is an injected fault, which is spent once it fires.
+        for _ in 0..LOST_ANSWER_RETRIES_MAX {
+            let before = (self.store.product_id.clone(), self.store.rows.clone());
+            let replies = match self.object.commands(&mut self.store, &retries, self.now) {
+                Ok(replies) => replies,
+                Err(e) => {
+                    self.failed_writes += 1;
+                    self.failed_batches += 1;
+                    assert!(self.object.is_poisoned(), "a failed retry must poison");
+                    assert!(
+                        (self.store.product_id.clone(), self.store.rows.clone()) == before,
+                        "a failed retry ({e}) left rows stored"
+                    );
+                    out.push_str(" retry -> storage error;");
+                    continue;
+                }
+            };
+            for ((cmd, first), again) in lost.iter().zip(&replies) {
+                assert!(
+                    again.status == 200 && again.replayed && again.body == first.body,
+                    "{cmd:?}: its 201 was lost and its retry with the same key got {} {} (replayed {}), not the first answer {}",
+                    again.status,
+                    again.body,
+                    again.replayed,
+                    first.body
+                );
+            }
+            assert!(
+                (self.store.product_id.clone(), self.store.rows.clone()) == before,
+                "{} retries of lost answers wrote to storage: a replay takes nothing",
+                retries.len()
+            );
+            self.lost_answers_retried += retries.len() as u64;
+            out.push_str(&format!(" {} retries -> the same answers;", retries.len()));
+            return out;
+        }
+        panic!("{out} the retry never got an answer")
     }
 
     /// Checks that what `reply` acknowledged is stored, and remembers it.
@@ -833,8 +908,9 @@ impl Sim {
 
 impl Simulation for Sim {
     /// Failed writes, reloads, stale deliveries, deliveries, grouped
-    /// commits and failed batches: the paths the run exists for.
-    type Summary = [u64; 6];
+    /// commits, failed batches and lost answers retried: the paths the run
+    /// exists for.
+    type Summary = [u64; 7];
 
     fn step(&mut self) -> String {
         self.operate()
@@ -844,7 +920,7 @@ impl Simulation for Sim {
         self.check_all(step);
     }
 
-    fn finish(mut self) -> [u64; 6] {
+    fn finish(mut self) -> [u64; 7] {
         self.drain();
         [
             self.failed_writes,
@@ -853,6 +929,7 @@ impl Simulation for Sim {
             self.origin.deliveries,
             self.store.grouped_commits,
             self.failed_batches,
+            self.lost_answers_retried,
         ]
     }
 }
@@ -860,14 +937,14 @@ impl Simulation for Sim {
 #[test]
 fn simulate_the_object_under_faults() {
     let plan = Plan::from_env("OBJECT_SIM", 100, 3_000);
-    let mut totals = [0u64; 6];
+    let mut totals = [0u64; 7];
     for counts in run_plan(&plan, Sim::new) {
         for (t, c) in totals.iter_mut().zip(counts) {
             *t += c;
         }
     }
     eprintln!(
-        "object sim: {} seeds x {} steps; failed writes {}, reloads {}, stale deliveries {}, deliveries {}, grouped commits {}, failed batches {}",
+        "object sim: {} seeds x {} steps; failed writes {}, reloads {}, stale deliveries {}, deliveries {}, grouped commits {}, failed batches {}, lost answers retried {}",
         plan.seeds.len(),
         plan.steps,
         totals[0],
@@ -876,6 +953,7 @@ fn simulate_the_object_under_faults() {
         totals[3],
         totals[4],
         totals[5],
+        totals[6],
     );
     // The run must reach the paths it exists for.
     if plan.seeds.len() >= 20 {

@@ -103,8 +103,14 @@ pub struct Plan {
 impl Plan {
     /// Seeds `0..seeds`, `steps` each, whatever the environment says: for
     /// a test with a fixed plan, whose failures still print the line that
-    /// replays them through the plan read from the environment.
+    /// replays them through the plan read from the environment. A plan of
+    /// no seed or no step would pass without running anything, so it is
+    /// refused.
     pub fn new(prefix: &'static str, seeds: u64, steps: u64) -> Plan {
+        assert!(
+            seeds > 0 && steps > 0,
+            "a plan of {seeds} seeds x {steps} steps runs nothing and would pass untested"
+        );
         Plan {
             prefix,
             seeds: (0..seeds).collect(),
@@ -121,7 +127,9 @@ impl Plan {
         Plan::from_vars(prefix, seeds, steps, std::env::vars())
     }
 
-    /// [`Plan::from_env`] over the given variables.
+    /// [`Plan::from_env`] over the given variables. `{prefix}_SEEDS=0` and
+    /// `{prefix}_STEPS=0` are refused: either would make the simulator pass
+    /// without running.
     pub fn from_vars(
         prefix: &'static str,
         seeds: u64,
@@ -139,10 +147,20 @@ impl Plan {
                     .parse()
                     .unwrap_or_else(|_| panic!("{name} must be a number, got {value:?}"))
             };
+            // At least one seed and one step: zero of either runs nothing,
+            // and the simulator's test would pass without testing.
+            let at_least_one = || -> u64 {
+                let n = number();
+                assert!(
+                    n > 0,
+                    "{name}=0 would run nothing, and the simulator would pass untested; ask for at least 1"
+                );
+                n
+            };
             match rest {
                 "SEED" => seed = Some(number()),
-                "SEEDS" => plan.seeds = (0..number()).collect(),
-                "STEPS" => plan.steps = number(),
+                "SEEDS" => plan.seeds = (0..at_least_one()).collect(),
+                "STEPS" => plan.steps = at_least_one(),
                 // Read by a simulator that prints its events (`trace`).
                 "TRACE" => {}
                 _ => panic!(
@@ -229,6 +247,13 @@ pub fn run_seed<S: Simulation>(
 /// seed runs even after one fails, so that the report names them all; then
 /// it panics with each failure and the line that reruns the first.
 pub fn run_plan<S: Simulation>(plan: &Plan, mut new: impl FnMut(u64) -> S) -> Vec<S::Summary> {
+    // `Plan::new` refuses these; a plan built field by field is checked here.
+    assert!(
+        !plan.seeds.is_empty() && plan.steps > 0,
+        "a plan of {} seeds x {} steps runs nothing and would pass untested",
+        plan.seeds.len(),
+        plan.steps
+    );
     let mut summaries = Vec::with_capacity(plan.seeds.len());
     let mut failures = Vec::new();
     for &seed in &plan.seeds {
@@ -325,6 +350,26 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_plan_that_runs_nothing_is_refused() {
+        for bad in [("SIM_SEEDS", "0"), ("SIM_STEPS", "0")] {
+            let refused = catch_unwind(|| Plan::from_vars("SIM", 3, 10, vars(&[bad])));
+            let message = *refused.expect_err("refused").downcast::<String>().unwrap();
+            assert!(
+                message.contains(&format!("{}=0 would run nothing", bad.0)),
+                "{message}"
+            );
+        }
+        // Seed 0 is a seed like any other.
+        let plan = Plan::from_vars("SIM", 3, 10, vars(&[("SIM_SEED", "0")]));
+        assert_eq!(plan.seeds, vec![0]);
+        for (seeds, steps) in [(0, 10), (3, 0)] {
+            let refused = catch_unwind(|| Plan::new("SIM", seeds, steps));
+            let message = *refused.expect_err("refused").downcast::<String>().unwrap();
+            assert!(message.contains("runs nothing"), "{message}");
+        }
+    }
+
     /// Counts up; its invariant breaks at 5 in seed 3, and its step itself
     /// panics at 2 in seed 4.
     struct Counter {
@@ -374,5 +419,14 @@ mod tests {
             run_plan(&passing, |seed| Counter { seed, n: 0 }),
             vec![8; 3]
         );
+
+        // A plan built field by field with no seed is refused too.
+        let empty = Plan {
+            seeds: Vec::new(),
+            ..passing
+        };
+        let refused = catch_unwind(|| run_plan(&empty, |seed| Counter { seed, n: 0 }));
+        let message = *refused.expect_err("refused").downcast::<String>().unwrap();
+        assert!(message.contains("runs nothing"), "{message}");
     }
 }

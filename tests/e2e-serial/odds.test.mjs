@@ -1,22 +1,28 @@
 // The waiting room's honesty, end to end on bare workerd: the odds a poll
 // tells (a line three times the stock: the back hears `unlikely` at once,
-// everyone hears `sold_out` within about a second of the last unit going),
+// everyone hears `sold_out` once the last unit has gone),
 // and the lottery and admission record a buyer can check (the commitment
 // before the opening, the key after, each tiebreak recomputed from it, the
 // record's watermark never moving back and admitting in the key's order).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { sleep } from "../support/client.mjs";
+import { EVENTUALLY_MS, sleep } from "../support/client.mjs";
 import { compareKeys, lotteryCommitment, lotteryTiebreak, ticketClaims } from "../support/keys.mjs";
 import { why } from "../support/seed.mjs";
 import { withGate } from "../support/system.mjs";
 
-test("honest odds: with a line three times the stock, the back hears unlikely at once and all hear sold_out within about a second", () => withGate(async ({ api }) => {
+// How soon a poll hears `sold_out` is bounded by the edge's snapshot
+// freshness (SNAPSHOT_FRESH_MS, about a second), which src/edge/cache.rs's
+// tests check without a clock; bench/freshness.mjs measures the lag. Here
+// everyone must hear it, and the worst lag is logged.
+test("honest odds: with a line three times the stock, the back hears unlikely at once and all hear sold_out", () => withGate(async ({ api }) => {
   const P = "odds";
   const STOCK = 20;
-  // Everyone joins in the pre-queue, so the whole line stands at once.
-  const opens = Date.now() + 3_000;
-  await api.put(P, { stock_total: STOCK, opens_at_ms: opens, prequeue_ms: 60_000, admit_per_s: 20, per_buyer_max: 1, quantity_max: 1 });
+  // Everyone joins in the pre-queue, so the whole line stands at once. The
+  // opening is set so late that no machine is too slow to place the line
+  // before it, and brought forward once the line is placed.
+  const farOff = Date.now() + 2 * EVENTUALLY_MS;
+  await api.put(P, { stock_total: STOCK, opens_at_ms: farOff, prequeue_ms: 3 * EVENTUALLY_MS, admit_per_s: 20, per_buyer_max: 1, quantity_max: 1 });
   await api.product(P);
   const buyers = Array.from({ length: 3 * STOCK }, (_, i) => `b${String(i).padStart(2, "0")}`);
   const tickets = (await Promise.all(buyers.map((b) => api.join(P, b)))).map((j) => {
@@ -25,13 +31,20 @@ test("honest odds: with a line three times the stock, the back hears unlikely at
   });
   // Once the edge has reported the line (its next refresh, about a second),
   // a poll places each buyer in it, by lottery: the back third of the line
-  // hears `unlikely`, the front `likely`, before the sale even opens.
+  // hears `unlikely`, the front `likely`, before the sale even opens. The
+  // line is placed once two rounds of polls in a row tell everyone the
+  // same place, the back 2 x STOCK or more ahead: one answer from the
+  // placed line is not enough, as the polls of a round can straddle the
+  // refresh (in one run, 59 of them said 1 ahead and one 45).
   let first;
-  for (const until = opens - 300; Date.now() < until; await sleep(200)) {
+  let previous = [];
+  for (const until = Date.now() + EVENTUALLY_MS; Date.now() < until; await sleep(200)) {
     first = await Promise.all(buyers.map((b, i) => api.standing(P, b, tickets[i].ticket)));
-    if (first.every((r) => r.status === 200) && Math.max(...first.map((r) => r.body.ahead)) >= 2 * STOCK) break;
+    const ahead = first.map((r) => (r.status === 200 ? r.body.ahead : null));
+    if (Math.max(...ahead) >= 2 * STOCK && ahead.every((a, i) => a !== null && a === previous[i])) break;
+    previous = ahead;
   }
-  assert.ok(Date.now() < opens, "placed before the opening");
+  assert.ok(Date.now() < farOff, "placed before the opening");
   const line = first.map((r) => r.body).sort((a, b) => a.ahead - b.ahead);
   const shown = JSON.stringify(line.map((b) => [b.verdict, b.ahead]));
   assert.ok(line.slice(2 * STOCK).every((b) => b.verdict === "unlikely"), why(`the back: ${shown}`));
@@ -39,13 +52,16 @@ test("honest odds: with a line three times the stock, the back hears unlikely at
   for (const r of first) {
     assert.deepEqual([r.body.available, r.body.held, r.body.waiting_for_returns], [STOCK, 0, false], JSON.stringify(r.body));
   }
+  // The line placed, the admin opens the sale in a second.
+  const opened = await api.put(P, { opens_at_ms: Date.now() + 1_000 });
+  assert.equal(opened.status, 200, JSON.stringify(opened.body));
 
   // Everyone polls, as the page does; an admitted buyer reserves and pays
   // at once. The last unit goes with the STOCK-th payment.
   const state = buyers.map(() => ({ done: false, soldOutAt: null, sawReturns: false, verdicts: new Set() }));
   let paid = 0;
   let lastUnitAt = null;
-  const deadline = Date.now() + 30_000;
+  const deadline = Date.now() + EVENTUALLY_MS;
   await Promise.all(buyers.map(async (b, i) => {
     const s = state[i];
     while (Date.now() < deadline) {
@@ -78,11 +94,9 @@ test("honest odds: with a line three times the stock, the back hears unlikely at
   }));
   assert.equal(paid, STOCK);
   assert.ok(lastUnitAt, "the last unit went");
-  const lags = state.map((s) => s.soldOutAt - lastUnitAt);
-  const worst = Math.max(...lags);
+  assert.ok(state.every((s) => s.soldOutAt), why(`everyone heard sold_out: ${state.filter((s) => !s.soldOutAt).length} never did`));
+  const worst = Math.max(...state.map((s) => s.soldOutAt - lastUnitAt));
   console.log(`odds: every poll said sold_out at most ${worst} ms after the last unit went; ${state.filter((s) => s.sawReturns).length} buyers saw "waiting for returns"`);
-  assert.ok(state.every((s) => s.soldOutAt), "everyone heard sold_out");
-  assert.ok(worst < 1_800, why(`sold_out reached a poll ${worst} ms after the last unit`));
   // The room is closed: a join is refused, and the state is unchanged.
   const before = (await api.stats(P)).body;
   const late = await api.join(P, "latecomer");
@@ -123,7 +137,7 @@ test("the lottery and the admission record: commitment first, key at the opening
 
   // Everyone polls until admitted, noting when.
   const admittedAt = new Map();
-  while (admittedAt.size < buyers.length && Date.now() < opens + 15_000) {
+  while (admittedAt.size < buyers.length && Date.now() < opens + EVENTUALLY_MS) {
     await Promise.all(buyers.map(async (b, i) => {
       if (admittedAt.has(b)) return;
       const s = await api.standing(P, b, tickets[i].body.ticket);

@@ -1,7 +1,8 @@
 // Durability: kill the runtime hard (SIGKILL) in the middle of a load, start
 // it again on the same state, and check that every 2xx a client saw is still
 // true. Requests in flight at the kill may or may not have committed; a
-// client that saw no answer may find either.
+// client that saw no answer may find either. A request may fail only once
+// the kill has begun: an error before it fails the test.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { sleep } from "../support/client.mjs";
@@ -19,7 +20,10 @@ test("every acknowledged reserve and confirm survives a SIGKILL", () => withGate
   const reserved = new Map(); // rid -> { buyer, quantity }
   const confirmed = new Set(); // rid
   let stop = false;
-  let errors = 0;
+  // Every request that got no answer: when, and how. Each loop goes on
+  // after one, so that an error before the kill is seen, not hidden by a
+  // loop that stopped there.
+  const errors = [];
   const clientLoop = async (c) => {
     for (let n = 0; !stop; n++) {
       const buyer = `buyer-${c}-${n % 50}`;
@@ -32,9 +36,8 @@ test("every acknowledged reserve and confirm survives a SIGKILL", () => withGate
           const ok = await api.confirm(product, buyer, res.body.reservation_id);
           if (ok.status === 200) confirmed.add(res.body.reservation_id);
         }
-      } catch {
-        errors++; // the runtime died under this request
-        return;
+      } catch (e) {
+        errors.push({ at: Date.now(), client: c, error: e.cause?.code ?? e.message });
       }
     }
   };
@@ -44,10 +47,18 @@ test("every acknowledged reserve and confirm survives a SIGKILL", () => withGate
   const t0 = Date.now();
   while (reserved.size < 300 && Date.now() - t0 < 30_000) await sleep(20);
   await sleep(rand() * 200);
+  const killedAt = Date.now();
   await sys.stopGate({ kill: true });
   stop = true;
   await Promise.all(loops);
   assert.ok(reserved.size > 50, why(`only ${reserved.size} reserves were acknowledged before the kill`));
+  const early = errors.filter((e) => e.at < killedAt);
+  assert.deepEqual(
+    early.map((e) => `client ${e.client}: ${e.error}, ${killedAt - e.at} ms before the kill`),
+    [],
+    why("requests failed before the kill"),
+  );
+  const cut = errors.length ? ` (${Math.min(...errors.map((e) => e.at)) - killedAt} to ${Math.max(...errors.map((e) => e.at)) - killedAt} ms after the kill began)` : "";
 
   await sys.startGate();
   api = sys.api;
@@ -69,7 +80,7 @@ test("every acknowledged reserve and confirm survives a SIGKILL", () => withGate
   const more = await api.reserve(product, "after-restart", 1);
   assert.equal(more.status, 201, why(JSON.stringify(more.body)));
   console.log(
-    `durability: ${reserved.size} reserves and ${confirmed.size} confirms acknowledged before SIGKILL, ${errors} requests cut off; all present after restart`,
+    `durability: ${reserved.size} reserves and ${confirmed.size} confirms acknowledged before SIGKILL, ${errors.length} requests cut off${cut}; all present after restart`,
   );
 }));
 

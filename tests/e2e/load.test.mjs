@@ -74,7 +74,24 @@ test("a sale through the waiting room with dev sessions: pay, cancel and walk aw
   assert.ok(report.fates.pay <= 40, seen);
   assert.equal(report.verdict.violations.length, 0, seen);
   assert.equal(report.verdict.drift_units, 0, seen);
-  assert.ok(report.fairness_pairs >= 40 && report.fairness_tau > -1 && report.fairness_tau <= 1, seen);
+  // Served in arrival order, but for the races a refresh leaves. The load
+  // tool's fairness is Kendall's tau between the buyers' arrival order and
+  // the order their units came, over the buyers who got one. The room
+  // admits in arrival order (FIFO, which `--audit` checks below) at 400 a
+  // second, faster than the ramp's 75 arrivals a second, so each buyer is
+  // let in about one edge refresh (a second) after joining, with those
+  // who joined in the same refresh; who of them asks first is a race of
+  // their own polls. So a buyer who arrived a refresh before another is
+  // served first, if at all, and only pairs within a refresh can be
+  // discordant: the first 40 units went to about one refresh's buyers,
+  // which in random order would leave tau about 0.6 over the 60-odd
+  // served. Six runs measured 0.68 to 0.75 (62 to 66 buyers). 0.4 is
+  // below them all, and far above an order unrelated to arrival (tau 0,
+  // standard deviation 0.11 at the 40 buyers asked for, less with more)
+  // or a reversed one (-1).
+  console.log(`fairness: Kendall tau ${report.fairness_tau} over ${report.fairness_pairs} buyers with units`);
+  assert.ok(report.fairness_pairs >= 40, seen);
+  assert.ok(report.fairness_tau >= 0.4, `service follows arrival: tau ${report.fairness_tau}: ${seen}`);
   assert.ok(report.reached_object > 0 && report.reached_object < 1, seen);
   // What reached the object were the buyers' own reserves, confirms and
   // cancels, at most one decision each: the console's polls are not among
@@ -97,7 +114,10 @@ test("stopped by SIGINT mid-sale, it still reports what it measured, marked inco
     "--buyer-keys", keys.BUYER_TOKEN_KEYS, "--payment-keys", keys.PAYMENT_KEYS,
   ], { signal: { name: "SIGINT", afterMs: 4_000 } });
   const seen = `seed 12: ${stderr} ${JSON.stringify({ incomplete: report?.incomplete, outcomes: report?.outcomes, verdict: report?.verdict })}`;
-  assert.ok(Date.now() - before < 30_000, `it stopped well before the 30 s ramp ended: ${seen}`);
+  // That it stopped before the 30 s ramp ended is told by the buyers it
+  // never served (`stopped` below): a run that ignored the signal would
+  // have served them all. How soon it stopped is logged.
+  console.log(`SIGINT at 4 s: the run ended ${Date.now() - before} ms after it began`);
   assert.equal(code, 2, seen);
   assert.equal(report.status, "incomplete", seen);
   assert.match(report.incomplete, /interrupted \(SIGINT\)/, seen);

@@ -8,7 +8,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createChallenge, pbkdf2, solveChallenge } from "altcha/lib";
-import { sleep } from "../support/client.mjs";
+import { EVENTUALLY_MS, sleep } from "../support/client.mjs";
 import { powSecret, ticketClaims } from "../support/keys.mjs";
 import { useGate } from "../support/system.mjs";
 
@@ -35,12 +35,19 @@ async function solvedFor(api, product, buyer) {
  * fetch is free and counts nowhere. */
 const asking = async (api, product) => (await api.challenge(product, "watcher")).body.parameters.data.level;
 
-/** Waits until the edge asks at least `level` of `product`'s joins. */
+/** Waits until the edge asks at least `level` of `product`'s joins, and
+ * logs how long that took: the edge's next snapshot, bounded by its
+ * freshness (SNAPSHOT_FRESH_MS, which src/edge/cache.rs's tests check
+ * without a clock); bench/freshness.mjs measures it. */
 async function untilAsking(api, product, level) {
   let now;
-  for (const until = Date.now() + 10_000; Date.now() < until; await sleep(200)) {
+  const started = Date.now();
+  for (const until = started + EVENTUALLY_MS; Date.now() < until; await sleep(200)) {
     now = await asking(api, product);
-    if (now >= level) return now;
+    if (now >= level) {
+      console.log(`${product}: the edge asked level ${now} ${Date.now() - started} ms after the wait began`);
+      return now;
+    }
   }
   assert.fail(`${product} still asks level ${now}, not ${level}`);
 }
@@ -49,7 +56,7 @@ async function untilAsking(api, product, level) {
  * refusals (a product read brings the refresh that carries the report). */
 async function refusalsReported(api, product, refused) {
   let q;
-  for (const until = Date.now() + 5_000; Date.now() < until; await sleep(300)) {
+  for (const until = Date.now() + EVENTUALLY_MS; Date.now() < until; await sleep(300)) {
     await api.product(product);
     q = (await api.stats(product)).body;
     if (q.queue.pow_refused >= refused) break;
@@ -140,7 +147,7 @@ system.test("a join without a valid proof of work gets a fresh challenge and no 
   // edge has reported them with its next refresh (which a buyer's request
   // brings about: here a product read).
   let after;
-  for (const until = Date.now() + 5_000; Date.now() < until; await sleep(300)) {
+  for (const until = Date.now() + EVENTUALLY_MS; Date.now() < until; await sleep(300)) {
     await api.product(P);
     after = (await api.stats(P)).body.queue;
     if (after.pow_refused >= before.pow_refused + refusals) break;
@@ -157,7 +164,7 @@ system.test("a join without a valid proof of work gets a fresh challenge and no 
   assert.equal(again.status, 201, JSON.stringify(again.body));
   assert.equal(ticketClaims(again.body.ticket).h, ticketClaims(joined.body.ticket).h, "the same buyer's draw");
   let counted;
-  for (const until = Date.now() + 5_000; Date.now() < until; await sleep(300)) {
+  for (const until = Date.now() + EVENTUALLY_MS; Date.now() < until; await sleep(300)) {
     await api.product(P);
     counted = (await api.stats(P)).body.queue;
     if (counted.reported + counted.rejoins_uncounted >= 2) break;
@@ -165,7 +172,7 @@ system.test("a join without a valid proof of work gets a fresh challenge and no 
   assert.deepEqual([counted.reported, counted.rejoins_uncounted], [1, 1], JSON.stringify(counted));
   // And with the ticket, alice reserves.
   let reserved;
-  for (const until = Date.now() + 5_000; Date.now() < until; await sleep(300)) {
+  for (const until = Date.now() + EVENTUALLY_MS; Date.now() < until; await sleep(300)) {
     reserved = await api.reserve(P, "alice", 1, "k1", { "flashgate-ticket": joined.body.ticket });
     if (reserved.status === 201) break;
   }
@@ -205,7 +212,7 @@ system.test("the infinite queue: a join without a solution gets a ticket like an
     assert.deepEqual([v, mac.length], [tickets[0].split(".")[0], tickets[0].split(".")[2].length]);
   }
   // Every honest buyer is admitted and reserves; no bot ever is.
-  const deadline = Date.now() + 20_000;
+  const deadline = Date.now() + EVENTUALLY_MS;
   const done = new Set();
   while (done.size < honest.length && Date.now() < deadline) {
     for (const [i, h] of honest.entries()) {
@@ -324,7 +331,7 @@ system.test("an honest buyer mid-solve when the level rises joins after one more
     // A ticket in the line, not the infinite queue's: counted, admitted,
     // and it reserves.
     let r;
-    for (const until = Date.now() + 8_000; Date.now() < until; await sleep(300)) {
+    for (const until = Date.now() + EVENTUALLY_MS; Date.now() < until; await sleep(300)) {
       r = await api.reserve(P, "honest", 1, `k-${P}`, { "flashgate-ticket": ticket });
       if (r.status === 201) break;
     }
@@ -357,7 +364,7 @@ system.test("a bot's poll, record and reserve agree that it is not admitted, bes
   // Until the honest buyers are admitted, so that the watermark has
   // passed every bot's place.
   let fair;
-  for (const until = Date.now() + 10_000; Date.now() < until; await sleep(300)) {
+  for (const until = Date.now() + EVENTUALLY_MS; Date.now() < until; await sleep(300)) {
     fair = await Promise.all(honest.map((h, i) => api.record(P, h, tickets[i])));
     if (fair.every((r) => r.body.ticket.admitted)) break;
   }
@@ -451,7 +458,7 @@ system.test("free joins, rejoins and challenge fetches do not raise an adaptive 
   }
   // Every report in: the stats count them, and the level has not moved.
   let q;
-  for (const until = Date.now() + 5_000; Date.now() < until; await sleep(300)) {
+  for (const until = Date.now() + EVENTUALLY_MS; Date.now() < until; await sleep(300)) {
     await api.product(P);
     q = (await api.stats(P)).body.queue;
     if (q.pow_shadowed >= 600 && q.reported + q.rejoins_uncounted >= 30) break;

@@ -16,6 +16,8 @@ import { join } from "node:path";
 import { startGate, gateVars, ROOT } from "../support/runtime.mjs";
 import { startOrigin } from "../support/origin.mjs";
 import { client, sleep } from "../support/client.mjs";
+// A test fails if its clients retried a request while the gate was up.
+import "../support/retries.mjs";
 import * as keys from "../support/keys.mjs";
 
 /** Every fenced block of the README: its info string and its text. */

@@ -243,13 +243,16 @@ test("kill -9 mid-sale with K = 8 loses no acknowledged reservation, and the esc
         assert.equal(r.status, 201, JSON.stringify(r.body));
         const api = system.api;
         const acked = [];
+        // Requests that got no answer, and when: only the kill may cut one.
+        const errors = [];
         const crowd = pool(
           Array.from({ length: 2000 }, (_, i) => async () => {
             try {
               const res = await api.reserve(product, `k${i}`, 1);
               if (res.status === 201) acked.push({ buyer: `k${i}`, rid: res.body.reservation_id });
-            } catch {
-              // The gate died under this request: it was never acknowledged.
+            } catch (e) {
+              // It was never acknowledged.
+              errors.push({ at: Date.now(), buyer: `k${i}`, error: e.cause?.code ?? e.message });
             }
           }),
           100,
@@ -257,9 +260,17 @@ test("kill -9 mid-sale with K = 8 loses no acknowledged reservation, and the esc
         // Kill once the sale is under way: some holds acknowledged, most
         // of the crowd still coming.
         for (const until = Date.now() + 20_000; acked.length < 30 && Date.now() < until; ) await sleep(20);
+        const killedAt = Date.now();
         await system.restartGate({ kill: true });
         await crowd;
         const after = system.api;
+        const early = errors.filter((e) => e.at < killedAt);
+        assert.deepEqual(
+          early.map((e) => `${e.buyer}: ${e.error}, ${killedAt - e.at} ms before the kill`),
+          [],
+          why("reserves failed before the kill"),
+        );
+        console.log(`shards kill: ${acked.length} holds acknowledged; ${errors.length} reserves cut off, all after the kill began`);
         assert.ok(acked.length > 0, why("some reserves were acknowledged before the kill"));
         assert.ok(acked.length <= stock, why(`${acked.length} acknowledged of ${stock}`));
         // Every acknowledged hold is still there (or already expired, if

@@ -11,6 +11,8 @@ import { join } from "node:path";
 import { request } from "node:http";
 import { startGate } from "../support/runtime.mjs";
 import { client, pool } from "../support/client.mjs";
+// A test fails if its clients retried a request while the gate was up.
+import "../support/retries.mjs";
 
 const SEED = Number(process.env.E2E_SEED ?? Date.now() % 1_000_000);
 const why = (msg) => `${msg} (E2E_SEED=${SEED})`;

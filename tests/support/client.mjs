@@ -19,9 +19,21 @@ export async function json(r) {
   return { status: r.status, headers: r.headers, body };
 }
 
-/** Network errors the clients retried (each logged), for the tests that
- * report them. */
-export const networkRetries = { count: 0 };
+/** How long a test waits for something that must happen in the end (an
+ * expired hold's unit back at the edge, a level the edge asks, a report in
+ * the stats): so long that only what never happens misses it, however
+ * loaded the machine. How long it took is a figure for a benchmark, which
+ * a test may log but does not assert. */
+export const EVENTUALLY_MS = 60_000;
+
+/**
+ * Every attempt the clients sent again after a network error or a hang,
+ * in order: `{ method, url, error, attempt, attempts, sentAt, failedAt }`
+ * (the times in ms since the epoch). The end-to-end tests fail a test
+ * during which one was sent while its gate was up
+ * (tests/support/retries.mjs).
+ */
+export const networkRetries = [];
 
 /**
  * `fetch` for requests that are safe to repeat (reads, and writes with an
@@ -29,17 +41,21 @@ export const networkRetries = { count: 0 };
  * within `ATTEMPT_MS` (undici's fetch has been seen to wait forever on a
  * connection the server reset), is retried with the same request, as a
  * real client retries with the same key. Answers, whatever their status,
- * are never retried. Each retry is logged, so that resets stay visible.
+ * are never retried. Each retry is logged and kept in `networkRetries`, so
+ * that resets stay visible and a test can refuse them.
  */
 const ATTEMPT_MS = 30_000;
 export async function fetchAgain(url, init = {}, attempts = 3) {
   for (let i = 1; ; i++) {
+    const sentAt = Date.now();
     try {
       return await fetch(url, { ...init, signal: AbortSignal.timeout(ATTEMPT_MS) });
     } catch (e) {
       if (i >= attempts) throw e;
-      networkRetries.count++;
-      console.error(`client: ${init.method ?? "GET"} ${url}: ${e.cause?.code ?? e.name}; retrying (${i}/${attempts - 1})`);
+      const method = init.method ?? "GET";
+      const error = e.cause?.code ?? e.name;
+      networkRetries.push({ method, url: String(url), error, attempt: i, attempts, sentAt, failedAt: Date.now() });
+      console.error(`client: ${method} ${url}: ${error}; retrying (${i}/${attempts - 1})`);
       await sleep(100 * i);
     }
   }

@@ -179,6 +179,14 @@ export function gateVars({ originUrl = "", demoPaymentUrl = "", overrides = {} }
 }
 
 /**
+ * Every stop of a gate this process started, as `{ url, from, to }`: from
+ * when its stop began to when a gate answered on the same url again
+ * (`Infinity` until one does). A request in flight to a gate while it was
+ * down may fail for that reason alone (tests/support/retries.mjs).
+ */
+export const gateOutages = [];
+
+/**
  * Starts workerd and waits until it answers. Returns { url, proc, stop, kill }.
  * `stateDir` may be reused across starts to test durability.
  */
@@ -211,7 +219,10 @@ export async function startGate({ stateDir, port, originUrl = "", demoPaymentUrl
     }
   }
   const readyMs = Date.now() - started;
+  // A gate on the url of one stopped before ends that one's outage.
+  for (const o of gateOutages) if (o.url === url && o.to === Infinity) o.to = Date.now();
   const exited = new Promise((ok) => proc.once("exit", ok));
+  const down = () => gateOutages.push({ url, from: Date.now(), to: Infinity });
   return {
     url,
     port,
@@ -221,11 +232,13 @@ export async function startGate({ stateDir, port, originUrl = "", demoPaymentUrl
     stderr: () => stderr,
     /** Stops gracefully. */
     async stop() {
+      down();
       if (proc.exitCode === null) proc.kill("SIGTERM");
       await exited;
     },
     /** Stops hard, as a crash would. */
     async kill() {
+      down();
       if (proc.exitCode === null) proc.kill("SIGKILL");
       await exited;
     },

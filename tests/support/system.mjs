@@ -8,6 +8,9 @@ import { client } from "./client.mjs";
 import { startOrigin } from "./origin.mjs";
 import { freePort, gateVars, ROOT, startGate } from "./runtime.mjs";
 import { SEED } from "./seed.mjs";
+// Every test run through here fails if its clients retried a request while
+// its gate was up.
+import "./retries.mjs";
 
 /** Lines of each process's log shown with a failure. */
 const LOG_TAIL_LINES = 20;
