@@ -359,12 +359,7 @@ fn headings(text: &str) -> Vec<String> {
 
 /// Citations of sections that no longer exist, left for a reason: (the
 /// citing file, the section, why).
-const CITATIONS_LEFT: &[(&str, &str, &str)] = &[(
-    "src/wasm/object/product.rs",
-    "Live updates",
-    "moves with issue 34's shard work, which is changing this file now (the section is \
-     docs/live.md)",
-)];
+const CITATIONS_LEFT: &[(&str, &str, &str)] = &[];
 
 #[test]
 fn every_section_a_comment_cites_exists() {

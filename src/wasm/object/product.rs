@@ -506,7 +506,7 @@ fn broadcast(
     };
     // The fan-out runs in JavaScript: one call from wasm for every socket,
     // rather than several per socket. Either way the runtime's sends cost
-    // most of it (ARCHITECTURE.md, "Live updates").
+    // most of it (`docs/live.md`).
     let reached = fan_out(state, &message, version as f64);
     pusher.borrow_mut().reached(reached as usize);
 }
