@@ -4,6 +4,7 @@
 // Prints figures; asserts nothing.
 //
 //   node --experimental-websocket bench/profile.mjs [reserve|soldout|read|objread|ceiling-hop|ceiling-group|ceiling-each] [seconds]
+//   BENCH_SHARDS=8 node --experimental-websocket bench/profile.mjs soldout   the product over 8 stock shards
 //
 // Categories are read from the function names the wasm's name section
 // keeps (Rust symbols) and from the JS glue: wasm-bindgen's glue and
@@ -22,6 +23,9 @@ import { startCeiling } from "./ceiling.mjs";
 const MODE = process.argv[2] ?? "reserve";
 const SECONDS = Number(process.argv[3] ?? 5);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
+/** `BENCH_SHARDS=8`: the profiled product has that many stock shards
+ * (sold out, its edge answer rests on home's proofs from every shard). */
+const SHARDS = Number(process.env.BENCH_SHARDS ?? 1);
 
 // ceiling-hop, ceiling-group and ceiling-each profile the JavaScript
 // ceiling instead, under the same load: the runtime's own cost per request,
@@ -74,7 +78,7 @@ const send = (method, params = {}) =>
 
 const api = client(url);
 const product = "profiled";
-if (!CEILING) await api.put(product, { stock_total: MODE === "soldout" ? 0 : 10_000_000, per_buyer_max: 1, quantity_max: 1, hold_ttl_ms: 3_600_000, reservations_max: 200_000 });
+if (!CEILING) await api.put(product, { stock_total: MODE === "soldout" ? 0 : 10_000_000, per_buyer_max: 1, quantity_max: 1, hold_ttl_ms: 3_600_000, reservations_max: 200_000, shards: SHARDS });
 // objread: buyers read their own holds, which reaches the object and
 // writes nothing.
 const owners = [];

@@ -279,6 +279,31 @@ impl Admission {
         self.advancing = advancing;
     }
 
+    /// A checkpoint for a change that may admit more slowly from now on
+    /// (the room stops, or the admin changed its rules): the count first
+    /// grows under `rules_before` for `lag_ms` more, then follows the new
+    /// state. An edge's snapshot taken before `now_ms` goes on telling
+    /// buyers they are admitted under the old rules for up to `lag_ms`
+    /// (the snapshot's freshness), and a buyer a poll called admitted must
+    /// be admitted when they reserve. The cost: at most `lag_ms` of the old
+    /// rate admitted at once, to a room that is stopping.
+    pub fn checkpoint_after_lag(
+        &mut self,
+        now_ms: u64,
+        rules_before: Rules,
+        advancing: bool,
+        lag_ms: u64,
+    ) {
+        let promised = self.admitted_milli(now_ms.saturating_add(lag_ms), rules_before);
+        self.checkpoint(now_ms, rules_before, advancing);
+        if promised > self.base_milli {
+            self.base_milli = promised;
+            // Flat until the promise runs out: the new rules count from
+            // there.
+            self.base_at_ms = self.base_at_ms.max(now_ms.saturating_add(lag_ms));
+        }
+    }
+
     /// Adds an edge's report, after a checkpoint so that the new arrivals
     /// are not admitted by time that passed before they were reported.
     pub fn record(&mut self, now_ms: u64, rules: Rules, arrivals: &Arrivals) {
@@ -459,6 +484,58 @@ mod tests {
         assert!(!w.admits(late.key(r.opens_at_ms)));
         let w = a.watermark(OPEN + 200, r);
         assert!(w.admits(late.key(r.opens_at_ms)));
+    }
+
+    /// An edge holds a copy of the room taken before it stopped, and
+    /// extrapolates it for up to the lag: every ticket that copy admits,
+    /// the room admits after the stop too, and after a rate cut. (The
+    /// odds test saw a poll say admitted and the reserve `not_admitted`
+    /// when the last unit was taken between the two.)
+    #[test]
+    fn what_an_edge_extrapolated_before_a_stop_stays_admitted() {
+        const LAG: u64 = 1_000;
+        let r = rules(10);
+        let mut arrivals = Arrivals::default();
+        for i in 0..1_000 {
+            arrivals.add(
+                &Ticket {
+                    arrived_ms: OPEN + i,
+                    tiebreak: 7,
+                    shadow: false,
+                },
+                r.opens_at_ms,
+            );
+        }
+        for (stop, after) in [(true, r), (false, rules(2)), (false, rules(0))] {
+            let mut room = Admission::default();
+            room.checkpoint(OPEN, r, true);
+            room.record(OPEN, r, &arrivals);
+            let edge = room.clone();
+            let at = OPEN + 3_000;
+            room.checkpoint_after_lag(at, r, !stop, LAG);
+            for t in (at..=at + LAG).step_by(50) {
+                let promised = edge.watermark(t, r).below;
+                for later in [t, t + 10_000] {
+                    assert!(
+                        room.watermark(later, after).below >= promised,
+                        "stop {stop}, rules after {after:?}: the edge's {promised:?} at {t}"
+                    );
+                }
+            }
+            // Then the new state: no growth while stopped, the new rate
+            // from the end of the lag.
+            let flat = room.admitted_milli(at + LAG, after);
+            assert_eq!(flat, edge.admitted_milli(at + LAG, r));
+            let grown = room.admitted_milli(at + LAG + 1_000, after);
+            assert_eq!(
+                grown - flat,
+                if stop {
+                    0
+                } else {
+                    u64::from(after.admit_per_s) * 1_000
+                }
+            );
+        }
     }
 
     #[test]

@@ -28,6 +28,7 @@ use crate::archive::Archive;
 use crate::bloom::Bloom;
 use crate::buyers::{BuyerSlot, Buyers};
 use crate::config::{limits, Config, ConfigPatch, Mode, SaleState};
+use crate::escrow::limits::SOLD_OUT_LAG_MS;
 use crate::lottery::LotteryKey;
 use crate::odds::Uptake;
 use crate::outbox::{Outbox, OutboxEntry, OutboxEvent};
@@ -1022,7 +1023,11 @@ impl Gate {
         let advancing = self.product_available() > 0 && self.mode == Mode::Active;
         if self.admission.advancing != advancing {
             let rules = self.admission_rules();
-            self.admission.checkpoint(now_ms, rules, advancing);
+            // Edges extrapolate the snapshot they hold: what they said
+            // before the stop stays true (`SOLD_OUT_LAG_MS`, the lag of
+            // every edge answer).
+            self.admission
+                .checkpoint_after_lag(now_ms, rules, advancing, SOLD_OUT_LAG_MS);
             self.dirty.admission = true;
         }
     }
@@ -1386,10 +1391,16 @@ impl Gate {
             self.config = config;
             self.dirty.config = true;
             if self.admission_rules() != rules_before {
-                // What was admitted under the old rate stays admitted; the
-                // new rate counts from now.
+                // What was admitted under the old rate, and what an edge's
+                // snapshot says under it for the lag, stays admitted; the
+                // new rate counts from then.
                 let advancing = self.admission.advancing;
-                self.admission.checkpoint(now_ms, rules_before, advancing);
+                self.admission.checkpoint_after_lag(
+                    now_ms,
+                    rules_before,
+                    advancing,
+                    SOLD_OUT_LAG_MS,
+                );
                 self.dirty.admission = true;
             }
         }
