@@ -20,6 +20,12 @@ const _: () = assert!(
     flashgate_core::escrow::limits::SOLD_OUT_LAG_MS == flashgate_wire::bounds::SOLD_OUT_LAG_MS
 );
 
+/// A snapshot with less than this left of its freshness is fetched anew by
+/// the next request that reads it, while the others answer from it
+/// (`EdgeCache::lookup`): more than a sharded product's fetch takes,
+/// drains of its shards included, so that a steady crowd never waits.
+pub const REFRESH_AHEAD_MS: u64 = SNAPSHOT_FRESH_MS / 2;
+
 /// An id naming a stock shard the snapshot does not list is answered
 /// `unknown_reservation` at once from a snapshot younger than this; an
 /// older one is fetched anew first, since the shard may have been made
