@@ -66,11 +66,11 @@ fn token_problem(e: TokenError) -> Problem {
     )
 }
 
-/// The buyer a request proves, from its bearer token or, when it sends no
-/// `Authorization` at all, its cookie's token (`buyer_cookie`). An
-/// `Authorization` that is present but not a bearer token with credentials
-/// (`Basic`, an empty `Bearer`) is refused, never passed over for the
-/// cookie: a request proves one identity, the one it names.
+/// `prove_buyer` to the end, with a provider's signature taken as not
+/// verified: the settings trust no identity provider until the shell can
+/// verify its signatures with WebCrypto, so no token comes to that step.
+/// The edge runs the same checks in its steps (`edge::pipeline`).
+#[cfg(test)]
 pub fn buyer(
     settings: &Settings,
     authorization: Option<&str>,
@@ -79,10 +79,6 @@ pub fn buyer(
 ) -> Result<String, Problem> {
     match prove_buyer(settings, authorization, cookie_token, now_ms)? {
         Proof::Proven(buyer) => Ok(buyer),
-        // The settings trust no identity provider until the shell can
-        // verify its signatures with WebCrypto, so no token comes here;
-        // were one to, a signature not verified is one that does not
-        // match.
         Proof::Verify(unverified) => concluded(unverified, false),
     }
 }
@@ -151,16 +147,17 @@ pub fn concluded(unverified: Unverified<'_>, verified: bool) -> Result<String, P
 /// The viewer of a live socket: anyone may watch, so no credential is
 /// `None`; a credential that is sent must be valid (a forged or expired
 /// one is refused, never read as anonymous), and names the buyer.
-pub fn viewer(
-    settings: &Settings,
-    authorization: Option<&str>,
-    cookie_token: Option<&str>,
+/// `prove_buyer` for a viewer.
+pub fn prove_viewer<'a>(
+    settings: &'a Settings,
+    authorization: Option<&'a str>,
+    cookie_token: Option<&'a str>,
     now_ms: u64,
-) -> Result<Option<String>, Problem> {
+) -> Result<Option<Proof<'a>>, Problem> {
     if authorization.is_none() && cookie_token.is_none() {
         return Ok(None);
     }
-    buyer(settings, authorization, cookie_token, now_ms).map(Some)
+    prove_buyer(settings, authorization, cookie_token, now_ms).map(Some)
 }
 
 /// Admits the admin: the bearer token equals one of `ADMIN_TOKENS`,
@@ -447,6 +444,19 @@ mod tests {
         let token = super::session(&s, 0, 1).unwrap().token;
         let as_buyer = format!("Bearer {token}");
         assert!(admin(&s, Some(&as_buyer)).is_err());
+    }
+
+    fn viewer(
+        settings: &Settings,
+        authorization: Option<&str>,
+        cookie_token: Option<&str>,
+        now_ms: u64,
+    ) -> Result<Option<String>, Problem> {
+        match prove_viewer(settings, authorization, cookie_token, now_ms)? {
+            None => Ok(None),
+            Some(Proof::Proven(buyer)) => Ok(Some(buyer)),
+            Some(Proof::Verify(_)) => panic!("no provider is trusted here"),
+        }
     }
 
     #[test]

@@ -161,7 +161,7 @@ pub enum Route {
     /// is issued) or polling a ticket's standing.
     Queue { product_id: String, join: bool },
     /// The waiting room's admission record and the lottery, with the
-    /// ticket's own place, answered by the edge (`queue_record`).
+    /// ticket's own place, answered by the edge (`room::record`).
     QueueRecord { product_id: String },
     /// A proof-of-work challenge for the buyer's join, answered by the
     /// edge (`edge::pow`).
@@ -506,8 +506,10 @@ pub fn orders_query(path_and_query: &str) -> Result<OrdersQuery, Problem> {
 
 /// Validates a routed request into a command: who sent it (a buyer token,
 /// a payment signature, or the admin token, per route; see `auth`), and
-/// what it asks. Reservation ids are decoded from their opaque form:
-/// `precheck`, the buyer's proof, then `parse_proven`.
+/// what it asks. Reservation ids are decoded from their opaque form. The
+/// edge runs it in its steps (`edge::pipeline`): `precheck`, the buyer's
+/// proof, then `parse_proven`.
+#[cfg(test)]
 pub fn parse(
     inc: &Incoming,
     route: ApiRoute,
