@@ -186,7 +186,7 @@ pub const FILTER_BYTES_MAX: usize = flashgate_core::limits::BLOOM_BYTES_MAX;
 /// request carrying many seconds of arrivals) goes as the body.
 pub const COMMAND_HEADER_BYTES_MAX: usize = 4096;
 
-// wasm/edge/mod.rs
+// edge/admin.rs, wasm/edge/objects.rs
 
 /// How long the edge reuses the catalog's list: a new product shows within
 /// this much of being created.

@@ -9,7 +9,7 @@
 //! Pure, like the rest of the edge's decisions.
 
 use flashgate_wire::signing::{self, Presented, Purpose};
-use flashgate_wire::token::{self, Claims, Decision, TokenError};
+use flashgate_wire::token::{self, Claims, Decision, TokenError, Unverified};
 
 use crate::http::codes::ProblemCode;
 use crate::http::problem::Problem;
@@ -66,17 +66,43 @@ fn token_problem(e: TokenError) -> Problem {
     )
 }
 
-/// The buyer a request proves, from its bearer token or, when it sends no
-/// `Authorization` at all, its cookie's token (`buyer_cookie`). An
-/// `Authorization` that is present but not a bearer token with credentials
-/// (`Basic`, an empty `Bearer`) is refused, never passed over for the
-/// cookie: a request proves one identity, the one it names.
+/// `prove_buyer` to the end, with a provider's signature taken as not
+/// verified: the settings trust no identity provider until the shell can
+/// verify its signatures with WebCrypto, so no token comes to that step.
+/// The edge runs the same checks in its steps (`edge::pipeline`).
+#[cfg(test)]
 pub fn buyer(
     settings: &Settings,
     authorization: Option<&str>,
     cookie_token: Option<&str>,
     now_ms: u64,
 ) -> Result<String, Problem> {
+    match prove_buyer(settings, authorization, cookie_token, now_ms)? {
+        Proof::Proven(buyer) => Ok(buyer),
+        Proof::Verify(unverified) => concluded(unverified, false),
+    }
+}
+
+/// How far a buyer's credential is proven without the runtime: proven (a
+/// token signed with a shared key), or a provider's token with its
+/// signature left to verify (`concluded` takes the runtime's answer).
+pub enum Proof<'a> {
+    Proven(String),
+    Verify(Unverified<'a>),
+}
+
+/// The buyer a request proves, from its bearer token or, when it sends no
+/// `Authorization` at all, its cookie's token (`buyer_cookie`), as far as
+/// the edge proves it without the runtime's WebCrypto. An `Authorization`
+/// that is present but not a bearer token with credentials (`Basic`, an
+/// empty `Bearer`) is refused, never passed over for the cookie: a request
+/// proves one identity, the one it names.
+pub fn prove_buyer<'a>(
+    settings: &'a Settings,
+    authorization: Option<&'a str>,
+    cookie_token: Option<&'a str>,
+    now_ms: u64,
+) -> Result<Proof<'a>, Problem> {
     let token = match authorization {
         Some(header) => match bearer(Some(header)).filter(|t| !t.is_empty()) {
             Some(t) => t,
@@ -103,29 +129,35 @@ pub fn buyer(
         },
     };
     match settings.buyer_tokens.decide(token, now_ms) {
-        Ok(Decision::Proven(buyer)) => Ok(buyer.id),
-        // The settings trust no identity provider until the shell can
-        // verify its signatures with WebCrypto, so no token comes here;
-        // were one to, a signature not verified is one that does not
-        // match.
-        Ok(Decision::Verify(_)) => Err(token_problem(TokenError::Signature)),
+        Ok(Decision::Proven(buyer)) => Ok(Proof::Proven(buyer.id)),
+        Ok(Decision::Verify(unverified)) => Ok(Proof::Verify(unverified)),
         Err(e) => Err(token_problem(e)),
     }
+}
+
+/// The buyer of a provider's token, given whether the runtime's verify of
+/// its signature held.
+pub fn concluded(unverified: Unverified<'_>, verified: bool) -> Result<String, Problem> {
+    unverified
+        .conclude(verified)
+        .map(|buyer| buyer.id)
+        .map_err(token_problem)
 }
 
 /// The viewer of a live socket: anyone may watch, so no credential is
 /// `None`; a credential that is sent must be valid (a forged or expired
 /// one is refused, never read as anonymous), and names the buyer.
-pub fn viewer(
-    settings: &Settings,
-    authorization: Option<&str>,
-    cookie_token: Option<&str>,
+/// `prove_buyer` for a viewer.
+pub fn prove_viewer<'a>(
+    settings: &'a Settings,
+    authorization: Option<&'a str>,
+    cookie_token: Option<&'a str>,
     now_ms: u64,
-) -> Result<Option<String>, Problem> {
+) -> Result<Option<Proof<'a>>, Problem> {
     if authorization.is_none() && cookie_token.is_none() {
         return Ok(None);
     }
-    buyer(settings, authorization, cookie_token, now_ms).map(Some)
+    prove_buyer(settings, authorization, cookie_token, now_ms).map(Some)
 }
 
 /// Admits the admin: the bearer token equals one of `ADMIN_TOKENS`,
@@ -412,6 +444,19 @@ mod tests {
         let token = super::session(&s, 0, 1).unwrap().token;
         let as_buyer = format!("Bearer {token}");
         assert!(admin(&s, Some(&as_buyer)).is_err());
+    }
+
+    fn viewer(
+        settings: &Settings,
+        authorization: Option<&str>,
+        cookie_token: Option<&str>,
+        now_ms: u64,
+    ) -> Result<Option<String>, Problem> {
+        match prove_viewer(settings, authorization, cookie_token, now_ms)? {
+            None => Ok(None),
+            Some(Proof::Proven(buyer)) => Ok(Some(buyer)),
+            Some(Proof::Verify(_)) => panic!("no provider is trusted here"),
+        }
     }
 
     #[test]

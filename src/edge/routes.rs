@@ -161,7 +161,7 @@ pub enum Route {
     /// is issued) or polling a ticket's standing.
     Queue { product_id: String, join: bool },
     /// The waiting room's admission record and the lottery, with the
-    /// ticket's own place, answered by the edge (`queue_record`).
+    /// ticket's own place, answered by the edge (`room::record`).
     QueueRecord { product_id: String },
     /// A proof-of-work challenge for the buyer's join, answered by the
     /// edge (`edge::pow`).
@@ -215,6 +215,14 @@ impl ApiRoute {
                 | ApiRoute::AdminOrders(_)
                 | ApiRoute::AdminRestock(_)
                 | ApiRoute::AdminVoid(..)
+        )
+    }
+
+    /// Whether the route acts as a buyer, proven by a buyer token.
+    pub fn needs_buyer(&self) -> bool {
+        matches!(
+            self,
+            ApiRoute::Reserve(_) | ApiRoute::GetReservation(..) | ApiRoute::Cancel(..)
         )
     }
 
@@ -498,20 +506,53 @@ pub fn orders_query(path_and_query: &str) -> Result<OrdersQuery, Problem> {
 
 /// Validates a routed request into a command: who sent it (a buyer token,
 /// a payment signature, or the admin token, per route; see `auth`), and
-/// what it asks. Reservation ids are decoded from their opaque form.
+/// what it asks. Reservation ids are decoded from their opaque form. The
+/// edge runs it in its steps (`edge::pipeline`): `precheck`, the buyer's
+/// proof, then `parse_proven`.
+#[cfg(test)]
 pub fn parse(
     inc: &Incoming,
     route: ApiRoute,
     settings: &Settings,
     now_ms: u64,
 ) -> Result<Command, Problem> {
+    precheck(inc, &route, settings)?;
+    let buyer = match route.needs_buyer() {
+        true => Some(auth::buyer(
+            settings,
+            inc.authorization,
+            inc.cookie,
+            now_ms,
+        )?),
+        false => None,
+    };
+    parse_proven(inc, route, settings, buyer, now_ms)
+}
+
+/// What refuses a request before its buyer is proven: a body over the
+/// limit, and on an admin route a token that is not the admin's.
+pub fn precheck(inc: &Incoming, route: &ApiRoute, settings: &Settings) -> Result<(), Problem> {
     if inc.body.len() > BODY_BYTES_MAX {
         return Err(Problem::body_too_large(BODY_BYTES_MAX));
     }
     if route.is_admin() {
         auth::admin(settings, inc.authorization)?;
     }
-    let buyer = || auth::buyer(settings, inc.authorization, inc.cookie, now_ms);
+    Ok(())
+}
+
+/// `parse` after `precheck`, with the buyer its token proved when the route
+/// needs one (`ApiRoute::needs_buyer`).
+pub fn parse_proven(
+    inc: &Incoming,
+    route: ApiRoute,
+    settings: &Settings,
+    buyer: Option<String>,
+    now_ms: u64,
+) -> Result<Command, Problem> {
+    // A route that needs a buyer is given one; without it, nothing is
+    // decided.
+    let buyer = move || buyer.ok_or_else(Problem::internal);
     // Decodes after the id's form was checked by `route`; a decoded id the
     // product never issued reads as unknown there.
     let internal = |product_id: &str, rid: &str| -> Result<u64, Problem> {

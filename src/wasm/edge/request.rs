@@ -1,14 +1,20 @@
 //! The parts of a request the edge reads, read in one call across the
 //! JavaScript boundary: its method, url and every header field it may
-//! use, instead of one call (and one string copy) per field.
+//! use, instead of one call (and one string copy) per field; and its body,
+//! read up to the limit.
 
 use std::cell::OnceCell;
 
+use futures_util::StreamExt;
 use worker::js_sys;
 use worker::wasm_bindgen::{self, prelude::wasm_bindgen, JsValue};
+use worker::wasm_bindgen_futures::JsFuture;
 use worker::worker_sys::web_sys;
+use worker::Request;
 
 use crate::edge::ticket::TICKET_HEADER;
+use crate::http::problem::Problem;
+use crate::limits::BODY_BYTES_MAX;
 use flashgate_wire::signing;
 
 #[wasm_bindgen(inline_js = "
@@ -131,4 +137,59 @@ impl Parts {
     pub fn get(&self, field: Field) -> Option<&str> {
         self.values.get(field as usize).and_then(|v| v.as_deref())
     }
+}
+
+/// Reads at most `BODY_BYTES_MAX + 1` bytes, so an oversized body is refused
+/// without being read whole.
+pub async fn read_body(
+    req: web_sys::Request,
+    parts: &Parts,
+) -> worker::Result<Result<Vec<u8>, Problem>> {
+    let declared = parts
+        .get(Field::ContentLength)
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > BODY_BYTES_MAX as u64) {
+        return Ok(Err(Problem::body_too_large(BODY_BYTES_MAX)));
+    }
+    if declared == Some(0) || parts.method == "GET" || parts.method == "HEAD" {
+        return Ok(Ok(Vec::new()));
+    }
+    if declared.is_some() {
+        // The declared length is within the limit, and the runtime holds a
+        // body to its declared length, so it can be read in one piece.
+        let buffer = match JsFuture::from(req.array_buffer()?).await {
+            Ok(buffer) => buffer,
+            Err(_) => return Ok(Err(body_broken_off())),
+        };
+        let body = worker::js_sys::Uint8Array::new(&buffer).to_vec();
+        if body.len() > BODY_BYTES_MAX {
+            return Ok(Err(Problem::body_too_large(BODY_BYTES_MAX)));
+        }
+        return Ok(Ok(body));
+    }
+    // No declared length: read the stream, and stop past the limit.
+    let mut req = Request::from(req);
+    let mut body = Vec::new();
+    let mut stream = match req.stream() {
+        Ok(s) => s,
+        // No body at all.
+        Err(_) => return Ok(Ok(body)),
+    };
+    while let Some(chunk) = stream.next().await {
+        let Ok(chunk) = chunk else {
+            return Ok(Err(body_broken_off()));
+        };
+        body.extend_from_slice(&chunk);
+        if body.len() > BODY_BYTES_MAX {
+            return Ok(Err(Problem::body_too_large(BODY_BYTES_MAX)));
+        }
+    }
+    Ok(Ok(body))
+}
+
+/// A body that could not be read whole: the client broke off before its
+/// declared length, or its framing was broken. The client's fault, so a
+/// 4xx (it may never arrive), and nothing was decided.
+fn body_broken_off() -> Problem {
+    Problem::malformed_json("the body could not be read whole: it ended early or was broken off")
 }

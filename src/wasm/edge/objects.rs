@@ -1,0 +1,239 @@
+//! The edge's calls to objects and bindings: the catalog (which ids exist,
+//! and listing a new one), a product's snapshot through the isolate's
+//! cache, a command to a product's object, and the rate limiters.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use worker::js_sys;
+use worker::wasm_bindgen::{self, prelude::wasm_bindgen, JsCast, JsValue};
+use worker::wasm_bindgen_futures::JsFuture;
+use worker::worker_sys::web_sys;
+use worker::{Delay, Env, Request, Response};
+
+use crate::edge::cache::{Known, Lookup};
+use crate::edge::catalog::Listing;
+use crate::edge::pipeline::{LimitAnswer, Registration};
+use crate::edge::rate_limit::Limiter;
+use crate::http::problem::Problem;
+use crate::limits::REFRESH_POLL_MS;
+use crate::protocol::snapshot::Snapshot;
+use crate::protocol::{self, CatalogPage, Command};
+use crate::wasm::edge::{now_ms, unavailable, CATALOG, EDGE};
+
+/// Whether `product_id` names a product, from the isolate's view of the
+/// catalog, read again (one request at a time, at most once per
+/// `CATALOG_FRESH_MS`) when it does not hold the id. `Err` is the problem
+/// to answer: an unknown id is answered here, and its object is never
+/// instantiated; an unreachable catalog is `unavailable`.
+pub async fn listed(env: &Env, product_id: &str) -> Result<(), Problem> {
+    let lookup = || CATALOG.with_borrow(|c| c.lookup(product_id, now_ms()));
+    loop {
+        match lookup() {
+            Listing::Listed => return Ok(()),
+            Listing::Unlisted => return Err(Problem::unknown_product(product_id)),
+            // Another request's read is in flight: it may list this id.
+            Listing::Wait => Delay::from(Duration::from_millis(REFRESH_POLL_MS)).await,
+            Listing::Refresh => break,
+        }
+    }
+    let after = CATALOG.with_borrow_mut(|c| c.begin_refresh(now_ms()));
+    let read = async {
+        let mut resp = catalog_stub(env)?
+            .fetch_with_str(&format!("https://catalog/ids?after={after}"))
+            .await?;
+        resp.json::<CatalogPage>().await
+    };
+    match read.await {
+        Ok(page) => CATALOG.with_borrow_mut(|c| c.end_refresh(page)),
+        Err(e) => {
+            worker::console_error!("flashgate edge: the catalog is unreachable: {e}");
+            CATALOG.with_borrow_mut(|c| c.fail_refresh());
+            return Err(unavailable());
+        }
+    }
+    match lookup() {
+        Listing::Listed => Ok(()),
+        _ => Err(Problem::unknown_product(product_id)),
+    }
+}
+
+/// The catalog's object: one for the whole gate.
+pub fn catalog_stub(env: &Env) -> worker::Result<worker::Stub> {
+    env.durable_object("CATALOG")?
+        .id_from_name("catalog")?
+        .get_stub()
+}
+
+/// Lists a product in the catalog: `Refused` with the catalog's answer, to
+/// pass on.
+pub async fn register(
+    env: &Env,
+    product_id: &str,
+) -> worker::Result<(Registration, Option<web_sys::Response>)> {
+    let mut init = worker::RequestInit::new();
+    init.with_method(worker::Method::Post)
+        .with_body(Some(JsValue::from_str(product_id)));
+    let req = Request::new_with_init("https://catalog/register", &init)?;
+    match catalog_stub(env)?.fetch_with_request(req).await {
+        Ok(resp) if resp.status_code() == 200 => {
+            CATALOG.with_borrow_mut(|c| c.insert(product_id));
+            Ok((Registration::Listed, None))
+        }
+        Ok(resp) => Ok((Registration::Refused, Some(resp.into()))),
+        Err(e) => {
+            worker::console_error!("flashgate edge: the catalog is unreachable: {e}");
+            Ok((Registration::Unreachable, None))
+        }
+    }
+}
+
+/// Asks a rate limiting binding to count one request of `key`.
+pub async fn limit(env: &Env, limiter: Limiter, key: &str) -> worker::Result<LimitAnswer> {
+    let Some(promise) = rate_limit_call(env, limiter.binding(), key) else {
+        worker::console_error!(
+            "flashgate: the rate limiting binding {} is missing",
+            limiter.binding()
+        );
+        return Ok(LimitAnswer::Missing);
+    };
+    if JsFuture::from(promise).await?.is_truthy() {
+        Ok(LimitAnswer::Within)
+    } else {
+        Ok(LimitAnswer::Over)
+    }
+}
+
+#[wasm_bindgen(inline_js = "
+export function rate_limit_call(env, binding, key) {
+  const limiter = env[binding];
+  if (!limiter || typeof limiter.limit !== 'function') return undefined;
+  return limiter.limit({ key }).then((outcome) => outcome.success === true);
+}")]
+extern "C" {
+    /// Asks the platform's rate limiter `binding` to count one request of
+    /// `key`, in one call across the boundary (workers-rs' binding takes
+    /// several: the binding's lookup and type check, and serde conversions
+    /// of the options and the outcome). The promise resolves to whether the
+    /// request is within the limit; `None` if the binding is missing.
+    fn rate_limit_call(env: &Env, binding: &str, key: &str) -> Option<js_sys::Promise>;
+}
+
+/// What the edge knows of the product, at most about a second old: a fresh
+/// snapshot, or one fetched now. One fetch per product per isolate at a
+/// time: a request that finds one in flight waits for it on its own timer
+/// (a request may not await another request's I/O), and fetches itself if
+/// it does not land in time. `None` if the object could not be asked.
+/// Only for an id the catalog lists (`listed`, which each route checks
+/// once), so that no made-up id reaches an object.
+pub async fn lookup(env: &Env, product_id: &str) -> Option<Known> {
+    let mut next = EDGE.with_borrow(|c| c.lookup(product_id, now_ms()));
+    loop {
+        match next {
+            Lookup::Known(known) => return Some(known),
+            Lookup::Fetch => break,
+            Lookup::Wait { started_ms } => {
+                Delay::from(Duration::from_millis(REFRESH_POLL_MS)).await;
+                next = EDGE.with_borrow(|c| c.waited(product_id, started_ms, now_ms()));
+            }
+        }
+    }
+    sync(env, product_id).await;
+    EDGE.with_borrow(|c| c.fresh(product_id, now_ms()).map(|e| e.known.clone()))
+}
+
+/// Fetches a snapshot, reporting the tickets this isolate issued since the
+/// last one. A report that does not arrive goes with the next fetch.
+async fn sync(env: &Env, product_id: &str) {
+    let started = now_ms();
+    let report = EDGE.with_borrow_mut(|c| c.begin_sync(product_id, started));
+    let cmd = Command::Sync {
+        product_id: product_id.to_string(),
+        arrivals: report.clone(),
+    };
+    let known = match forward(env, product_id, &cmd).await {
+        Ok(mut resp) => match (resp.status_code(), resp.bytes().await) {
+            (200, Ok(bytes)) => Snapshot::parse(&bytes, started).map(|snapshot| Known::Product {
+                body: Rc::new(snapshot.product.to_string().into_bytes()),
+                snapshot: Rc::new(snapshot),
+            }),
+            (404, Ok(_)) => Some(Known::Unknown),
+            _ => None,
+        },
+        Err(e) => {
+            worker::console_error!("flashgate edge: snapshot of {product_id}: {e}");
+            None
+        }
+    };
+    EDGE.with_borrow_mut(|c| c.end_sync(product_id, started, known, report, now_ms()));
+}
+
+/// Sends a command to its product's object: one object per product, which
+/// serialises every decision about its stock.
+pub async fn forward(env: &Env, product_id: &str, cmd: &Command) -> worker::Result<Response> {
+    forward_raw(env, product_id, cmd).await.map(Response::from)
+}
+
+/// `forward`, with the object's response as the runtime gave it.
+pub async fn forward_raw(
+    env: &Env,
+    product_id: &str,
+    cmd: &Command,
+) -> worker::Result<web_sys::Response> {
+    let (header, body) = match cmd.to_header() {
+        Some(header) => (Some(header), None),
+        None => (None, Some(serde_json::to_string(cmd)?)),
+    };
+    let watch = matches!(cmd, Command::Watch { .. });
+    let promise = send_command(
+        env,
+        "PRODUCT_GATE",
+        product_id,
+        protocol::COMMAND_HEADER,
+        header,
+        body,
+        watch,
+    )?;
+    Ok(JsFuture::from(promise)
+        .await?
+        .dyn_into::<web_sys::Response>()?)
+}
+
+#[wasm_bindgen(inline_js = "
+// Object ids by name: deriving one hashes the name, and an id (unlike a
+// stub) is not tied to the request that made it. Bounded: cleared when full.
+const ids = new Map();
+const IDS_MAX = 10000;
+export function send_command(env, binding, name, header, command, body, watch) {
+  const key = binding + '/' + name;
+  let id = ids.get(key);
+  if (id === undefined) {
+    if (ids.size >= IDS_MAX) ids.clear();
+    id = env[binding].idFromName(name);
+    ids.set(key, id);
+  }
+  const headers = new Headers();
+  if (command !== undefined) headers.set(header, command);
+  // A watch is a WebSocket upgrade, which is a GET without a body.
+  if (watch) headers.set('upgrade', 'websocket');
+  return env[binding].get(id).fetch('https://product-gate/command', {
+    method: watch ? 'GET' : 'POST',
+    headers,
+    body,
+  });
+}")]
+extern "C" {
+    /// Sends a command to the named object in one call across the
+    /// boundary (the id, the stub, the request and its fetch): the
+    /// command as the `header` field when it fits, else as the body.
+    #[wasm_bindgen(catch)]
+    fn send_command(
+        env: &Env,
+        binding: &str,
+        name: &str,
+        header: &str,
+        command: Option<String>,
+        body: Option<String>,
+        watch: bool,
+    ) -> Result<js_sys::Promise, JsValue>;
+}
