@@ -109,6 +109,12 @@ const request = CEILING
 await load({ url, connections: CONNECTIONS, durationMs: 1000, request });
 const unprofiled = await load({ url, connections: CONNECTIONS, durationMs: SECONDS * 1000, warmupMs: 0, request, pid: proc.pid });
 console.log(`without the profiler: ${unprofiled.count} requests in ${SECONDS} s (${unprofiled.rps.toFixed(0)} req/s, p50 ${unprofiled.p50.toFixed(2)} ms), statuses ${JSON.stringify(unprofiled.statuses)}; workerd CPU time ${unprofiled.cpuPerRequestUs.toFixed(1)} us per request`);
+if (!CEILING && process.env.BENCH_STATS === "1") {
+  // What the objects did meanwhile: snapshots, batches, the escrow's
+  // messages (a sharded product's edge answers rest on home's proofs).
+  const stats = (await api.stats(product)).body;
+  console.log(`stats: ${JSON.stringify({ work: stats.work, escrow: stats.escrow && { ...stats.escrow, shards: undefined } })}`);
+}
 if (process.env.BENCH_PROFILE === "0") {
   proc.kill("SIGTERM");
   process.exit(0);

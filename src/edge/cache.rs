@@ -952,8 +952,9 @@ mod tests {
         // The new one is dated from when it was asked for, and is fetched
         // ahead in its turn.
         c.end_sync("p", ahead, Some(Known::Unknown), r, end);
-        assert!(matches!(c.lookup("p", end + 1), Lookup::Known(_)));
-        assert!(matches!(c.lookup("p", ahead + 500), Lookup::Fetch));
+        assert!(c.fresh("p", ahead + SNAPSHOT_FRESH_MS - 1).is_some());
+        assert!(matches!(c.lookup("p", end - 1), Lookup::Known(_)));
+        assert!(matches!(c.lookup("p", end + 1), Lookup::Fetch));
     }
 
     #[test]
