@@ -198,6 +198,11 @@ pub const REFRESH_WAIT_MAX_MS: u64 = 2_000;
 
 pub const REFRESH_POLL_MS: u64 = 5;
 
+/// A request waiting for another's snapshot fetch is woken when it lands;
+/// it looks again after this in case the fetching request was cancelled
+/// and no landing comes.
+pub const SNAPSHOT_RECHECK_MS: u64 = 50;
+
 // wasm/object/sqlite.rs
 
 /// Rows read from a cursor per call: a query's rows are never all held at

@@ -244,8 +244,7 @@ pub enum Lookup {
     /// Answer from this.
     Known(Known),
     /// Another request's fetch, started at `started_ms`, is in flight:
-    /// wait `REFRESH_POLL_MS` on the request's own timer (a request may not
-    /// await another request's I/O), then ask `waited`.
+    /// wait until it lands (or `SNAPSHOT_RECHECK_MS`), then ask `waited`.
     Wait { started_ms: u64 },
     /// Fetch one (`begin_sync`, then `end_sync`).
     Fetch,

@@ -2,8 +2,11 @@
 //! and listing a new one), a product's snapshot through the isolate's
 //! cache, a command to a product's object, and the rate limiters.
 
+use std::pin::pin;
 use std::rc::Rc;
 use std::time::Duration;
+
+use futures_util::future::{select, Either};
 
 use worker::js_sys;
 use worker::wasm_bindgen::{self, prelude::wasm_bindgen, JsCast, JsValue};
@@ -16,7 +19,7 @@ use crate::edge::catalog::Listing;
 use crate::edge::pipeline::{LimitAnswer, Registration};
 use crate::edge::rate_limit::Limiter;
 use crate::http::problem::Problem;
-use crate::limits::REFRESH_POLL_MS;
+use crate::limits::{REFRESH_POLL_MS, SNAPSHOT_RECHECK_MS};
 use crate::protocol::snapshot::Snapshot;
 use crate::protocol::{self, CatalogPage, Command};
 use crate::wasm::edge::{now_ms, unavailable, CATALOG, EDGE};
@@ -121,19 +124,28 @@ extern "C" {
 
 /// What the edge knows of the product, at most about a second old: a fresh
 /// snapshot, or one fetched now. One fetch per product per isolate at a
-/// time: a request that finds one in flight waits for it on its own timer
-/// (a request may not await another request's I/O), and fetches itself if
-/// it does not land in time. `None` if the object could not be asked.
+/// time: a request that finds one in flight waits for it, woken when a
+/// fetch of the product ends (`landed`) or after `SNAPSHOT_RECHECK_MS` on its
+/// own timer, should the fetching request have been cancelled; it fetches
+/// itself if none lands in time. `None` if the object could not be asked.
 /// Only for an id the catalog lists (`listed`, which each route checks
 /// once), so that no made-up id reaches an object.
 pub async fn lookup(env: &Env, product_id: &str) -> Option<Known> {
     let mut next = EDGE.with_borrow(|c| c.lookup(product_id, now_ms()));
+    // This request's own promise of the next landing: made in its own
+    // context, so that the fetching request only resolves it.
+    let mut landing: Option<js_sys::Promise> = None;
     loop {
         match next {
             Lookup::Known(known) => return Some(known),
             Lookup::Fetch => break,
             Lookup::Wait { started_ms } => {
-                Delay::from(Duration::from_millis(REFRESH_POLL_MS)).await;
+                let promise = landing.get_or_insert_with(|| snapshot_landing(product_id));
+                let woken = JsFuture::from(promise.clone());
+                let recheck = Delay::from(Duration::from_millis(SNAPSHOT_RECHECK_MS));
+                if let Either::Left(_) = select(pin!(woken), pin!(recheck)).await {
+                    landing = None;
+                }
                 next = EDGE.with_borrow(|c| c.waited(product_id, started_ms, now_ms()));
             }
         }
@@ -166,6 +178,37 @@ async fn sync(env: &Env, product_id: &str) {
         }
     };
     EDGE.with_borrow_mut(|c| c.end_sync(product_id, started, known, report, now_ms()));
+    snapshot_landed(product_id);
+}
+
+#[wasm_bindgen(inline_js = "
+const landings = new Map();
+export function snapshot_landing(product) {
+  return new Promise((resolve) => {
+    let waiting = landings.get(product);
+    if (waiting === undefined) {
+      waiting = [];
+      landings.set(product, waiting);
+    }
+    waiting.push(resolve);
+  });
+}
+export function snapshot_landed(product) {
+  const waiting = landings.get(product);
+  if (waiting === undefined) return;
+  landings.delete(product);
+  for (const resolve of waiting) resolve();
+}")]
+extern "C" {
+    /// A promise, made in the calling request's context, that resolves
+    /// when a fetch of `product`'s snapshot ends. A crowd that waits for a
+    /// sharded product's fetch (home drains its shards first) used to look
+    /// again every 5 ms each; now each waiter wakes once. Its resolver
+    /// stays until the next landing: a waiter makes one a landing at most.
+    fn snapshot_landing(product: &str) -> js_sys::Promise;
+
+    /// Wakes every request waiting for a fetch of `product`'s snapshot.
+    fn snapshot_landed(product: &str);
 }
 
 /// Sends a command to its product's object: one object per product, which
