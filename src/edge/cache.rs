@@ -258,10 +258,12 @@ impl EdgeCache {
     /// `REFRESH_AHEAD_MS` of its freshness fetches the next one, while the
     /// others go on answering from this one, so that under a steady crowd
     /// no request waits for a fetch. A sharded product's fetch waits for
-    /// home's drains of its shards, and the crowd that waited for it cost
-    /// 300 against 219 µs of workerd CPU per sold-out click at K = 8 over
-    /// K = 1; refreshed ahead, 205 (`BENCH_SHARDS=8 BENCH_PROFILE=0 node
-    /// --experimental-websocket bench/profile.mjs soldout`).
+    /// home's drains of its shards. Measured with `BENCH_RUNS=3
+    /// BENCH_SHARDS=1,8 BENCH_WORKLOADS=1,2 node bench/shards.mjs`, CPU
+    /// per request K = 8 / K = 1: without it 1.12 on the sell-out and 1.46
+    /// after it; with it 0.93 to 1.00 and 1.11 to 1.25. It costs a
+    /// sold-out K = 8 product about twice the fetches (each drains the
+    /// shards whose proof is older than `PROOF_FRESH_MS`).
     pub fn lookup(&self, product_id: &str, now_ms: u64) -> Lookup {
         if let Some(e) = self.fresh(product_id, now_ms) {
             let left = SNAPSHOT_FRESH_MS.saturating_sub(Self::age(e, now_ms));
