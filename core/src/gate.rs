@@ -1029,6 +1029,7 @@ impl Gate {
             self.admission
                 .checkpoint_after_lag(now_ms, rules, advancing, SOLD_OUT_LAG_MS);
             self.dirty.admission = true;
+            self.note_watermark(now_ms);
         }
     }
 
@@ -1108,6 +1109,14 @@ impl Gate {
         if self.config.admit_per_s == 0 {
             return;
         }
+        self.note_watermark(now_ms);
+    }
+
+    /// Notes the watermark, whatever the rate: after a checkpoint, which
+    /// may raise it at once (`Admission::checkpoint_after_lag`) even as the
+    /// room turns off, the record's bound for this millisecond must hold
+    /// what it admits.
+    fn note_watermark(&mut self, now_ms: u64) {
         let below = self
             .admission
             .watermark(now_ms, self.admission_rules())
@@ -1402,6 +1411,7 @@ impl Gate {
                     SOLD_OUT_LAG_MS,
                 );
                 self.dirty.admission = true;
+                self.note_watermark(now_ms);
             }
         }
         if let Some(t) = patch.stock_total.filter(|&t| t != self.product_total()) {

@@ -151,8 +151,17 @@ pub enum RecordFault {
 impl Record {
     /// Notes the watermark at `now_ms`. Returns whether the record changed
     /// (so that it is stored).
+    ///
+    /// A watermark that rose within the millisecond of the last point
+    /// raises that point: a checkpoint can move the watermark at once
+    /// (`Admission::checkpoint_after_lag`), and the point is the bound a
+    /// reader takes for that millisecond (`at_most`).
     pub fn note(&mut self, now_ms: u64, below: QueueKey) -> bool {
-        if let Some(last) = self.points.last() {
+        if let Some(last) = self.points.last_mut() {
+            if last.at_ms == now_ms && below > last.below {
+                last.below = below;
+                return true;
+            }
             if below <= last.below || now_ms < last.at_ms.saturating_add(self.step_ms) {
                 return false;
             }
@@ -296,6 +305,13 @@ mod tests {
         assert_eq!(r.admitted_at(key(5)), Some(9_000));
         assert_eq!(r.admitted_at(key(4)), Some(1_000));
         assert_eq!(r.admitted_at(key(6)), None);
+        // A watermark that rises within the last point's millisecond (a
+        // checkpoint's jump) raises that point: its bound stays true.
+        assert!(r.note(9_000, key(8)));
+        assert_eq!(r.points.len(), 2);
+        assert_eq!(r.at_most(9_000, key(8)), key(8));
+        assert!(!r.note(9_000, key(7)), "never lowered");
+        assert_eq!(r.check(), Ok(()));
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! - `Gate::audit` (I1, the indexes, per-buyer limits, outbox coverage);
 //! - the waiting room's reported and admitted counts equal the model's
 //!   (the model keeps its own `Admission`, checkpointed where its own rule
-//!   says the room starts or stops advancing), and per-buyer pacing is
+//!   says the room starts or stops advancing or its rules change; what the
+//!   old state admits for `SOLD_OUT_LAG_MS` after such a change, an edge
+//!   may already have promised, so it stays admitted), and per-buyer pacing is
 //!   modelled with plain counts;
 //! - every outcome counter and the expired-hold counter agree with the
 //!   model's own tally (both restart from zero at a restore, since counters
@@ -26,6 +28,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use flashgate_core::escrow::limits::SOLD_OUT_LAG_MS;
 use flashgate_core::{
     backoff_ms, limits, splitmix64, AckOutcome, AdminRefusal, Admission, Arrivals, CancelOutcome,
     Change, Config, ConfirmOutcome, Confirmation, Gate, HoldState, InvalidInput, ItemKey, Mode,
@@ -185,7 +188,8 @@ impl Model {
         let advancing = self.available() > 0 && self.mode == Mode::Active;
         if self.adm.advancing != advancing {
             let rules = self.rules();
-            self.adm.checkpoint(now, rules, advancing);
+            self.adm
+                .checkpoint_after_lag(now, rules, advancing, SOLD_OUT_LAG_MS);
         }
     }
     fn unconfirmed(&self) -> impl Iterator<Item = &MRes> {
@@ -1029,7 +1033,8 @@ impl Sim {
                         };
                         if after != before {
                             let advancing = m.adm.advancing;
-                            m.adm.checkpoint(now, before, advancing);
+                            m.adm
+                                .checkpoint_after_lag(now, before, advancing, SOLD_OUT_LAG_MS);
                         }
                     }
                     m.config = c.clone();
@@ -1163,7 +1168,13 @@ impl Sim {
         for t in &self.tickets {
             let key = t.key(rules.opens_at_ms);
             if model_w.admits(key) {
-                assert!(key < record.at_most(self.now, now_w), "{t:?} admitted");
+                assert!(
+                    key < record.at_most(self.now, now_w),
+                    "{t:?} admitted: key {key:?}, at_most {:?}, last {:?}, now {}, rules {rules:?}",
+                    record.at_most(self.now, now_w),
+                    record.points.last(),
+                    self.now
+                );
             } else {
                 assert!(record.at_least(self.now) <= key, "{t:?} waiting");
             }
