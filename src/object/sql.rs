@@ -214,196 +214,7 @@ pub fn create(db: &mut impl SqlDb, product_id: &str) -> Result<(), StorageError>
 pub fn write(db: &mut impl SqlDb, changes: &[Change]) -> Result<(), StorageError> {
     for change in changes {
         match change {
-            Change::Put(Row::Meta(m)) => db.exec(
-                "INSERT OR REPLACE INTO meta (id, stock_total, mode, next_reservation_id,
-                    outbox_acked_seq, outbox_attempts, outbox_retry_at_ms)
-                 VALUES (1, ?, ?, ?, ?, ?, ?)",
-                &[
-                    int(m.stock_total),
-                    text(m.mode.as_str()),
-                    int(m.next_reservation_id),
-                    int(m.outbox_acked_seq),
-                    int(u64::from(m.outbox_attempts)),
-                    int(m.outbox_retry_at_ms),
-                ],
-            )?,
-            Change::Put(Row::Config(c)) => {
-                // Destructured in full: a new config field fails to compile
-                // here until it has a column.
-                let Config {
-                    per_buyer_max,
-                    quantity_max,
-                    hold_ttl_ms,
-                    idem_window_ms,
-                    opens_at_ms,
-                    closes_at_ms,
-                    reservations_max,
-                    admit_per_s,
-                    prequeue_ms,
-                    ticket_ttl_ms,
-                    attempts_per_window_max,
-                    attempt_window_ms,
-                    pow,
-                    face,
-                } = c;
-                db.exec(
-                    "INSERT OR REPLACE INTO config (id, per_buyer_max, quantity_max, hold_ttl_ms,
-                        idem_window_ms, opens_at_ms, closes_at_ms, reservations_max,
-                        admit_per_s, prequeue_ms, ticket_ttl_ms, attempts_per_window_max,
-                        attempt_window_ms)
-                     VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    &[
-                        int(u64::from(*per_buyer_max)),
-                        int(u64::from(*quantity_max)),
-                        int(*hold_ttl_ms),
-                        int(*idem_window_ms),
-                        opt_int(*opens_at_ms),
-                        opt_int(*closes_at_ms),
-                        int(u64::from(*reservations_max)),
-                        int(u64::from(*admit_per_s)),
-                        int(*prequeue_ms),
-                        int(*ticket_ttl_ms),
-                        int(u64::from(*attempts_per_window_max)),
-                        int(*attempt_window_ms),
-                    ],
-                )?;
-                db.exec(
-                    "INSERT OR REPLACE INTO pow (id, pow) VALUES (1, ?)",
-                    &[SqlValue::Text(to_json(pow)?)],
-                )?;
-                db.exec(
-                    "INSERT OR REPLACE INTO face (id, face) VALUES (1, ?)",
-                    &[SqlValue::Text(to_json(face)?)],
-                )?
-            }
-            Change::Put(Row::Escrow(e)) => db.exec(
-                "INSERT OR REPLACE INTO escrow (id, body) VALUES (1, ?)",
-                &[SqlValue::Text(to_json(e)?)],
-            )?,
-            Change::Put(Row::Admission(a)) => {
-                let Admission {
-                    prequeue,
-                    folded,
-                    folded_until_s,
-                    buckets,
-                    base_milli,
-                    base_at_ms,
-                    advancing,
-                    floor,
-                    lottery,
-                    record,
-                } = a;
-                db.exec(
-                    "INSERT OR REPLACE INTO room_record (id, lottery_key, record)
-                     VALUES (1, ?, ?)",
-                    &[
-                        match lottery.key {
-                            Some(k) => SqlValue::Text(k.to_hex()),
-                            None => SqlValue::Null,
-                        },
-                        SqlValue::Text(to_json(record)?),
-                    ],
-                )?;
-                let buckets: Vec<(u64, u64)> = buckets.iter().map(|(&s, &n)| (s, n)).collect();
-                db.exec(
-                    "INSERT OR REPLACE INTO admission (id, prequeue, folded, folded_until_s,
-                        buckets, base_milli, base_at_ms, advancing, floor)
-                     VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    &[
-                        int(*prequeue),
-                        int(*folded),
-                        int(*folded_until_s),
-                        SqlValue::Text(to_json(&buckets)?),
-                        int(*base_milli),
-                        int(*base_at_ms),
-                        int(u64::from(*advancing)),
-                        match floor {
-                            Some(f) => SqlValue::Text(to_json(f)?),
-                            None => SqlValue::Null,
-                        },
-                    ],
-                )?
-            }
-            // An upsert by id only: `INSERT OR REPLACE` would also resolve a
-            // clash on the key index by deleting the other row, silently.
-            // This way a second record under a key fails the write.
-            Change::Put(Row::Reservation(r)) => db.exec(
-                "INSERT INTO reservations (id, buyer, idem_key, quantity, state,
-                    expires_at_ms, payment_ref, confirmed_at_ms, outbox_seq, voided_at_ms,
-                    void_seq)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                 ON CONFLICT (id) DO UPDATE SET buyer = excluded.buyer,
-                    idem_key = excluded.idem_key, quantity = excluded.quantity,
-                    state = excluded.state, expires_at_ms = excluded.expires_at_ms,
-                    payment_ref = excluded.payment_ref,
-                    confirmed_at_ms = excluded.confirmed_at_ms,
-                    outbox_seq = excluded.outbox_seq, voided_at_ms = excluded.voided_at_ms,
-                    void_seq = excluded.void_seq",
-                &[
-                    int(r.id),
-                    text(&r.buyer),
-                    text(&r.idem_key),
-                    int(u64::from(r.quantity)),
-                    text(r.state.as_str()),
-                    int(r.expires_at_ms),
-                    r.payment_ref.as_deref().map_or(SqlValue::Null, text),
-                    opt_int(r.confirmed_at_ms),
-                    opt_int(r.outbox_seq),
-                    opt_int(r.voided_at_ms),
-                    opt_int(r.void_seq),
-                ],
-            )?,
-            Change::Put(Row::Outbox(e)) => {
-                let (kind, at_ms, stock, reservation, buyer, quantity, payment_ref) = match &e.event
-                {
-                    OutboxEvent::Stock { stock_total, at_ms } => {
-                        ("stock", *at_ms, Some(*stock_total), None, None, None, None)
-                    }
-                    OutboxEvent::Order {
-                        reservation_id,
-                        buyer,
-                        quantity,
-                        payment_ref,
-                        confirmed_at_ms,
-                    } => (
-                        "order",
-                        *confirmed_at_ms,
-                        None,
-                        Some(*reservation_id),
-                        Some(&**buyer),
-                        Some(*quantity),
-                        Some(&**payment_ref),
-                    ),
-                    OutboxEvent::Void {
-                        reservation_id,
-                        quantity,
-                        voided_at_ms,
-                    } => (
-                        "void",
-                        *voided_at_ms,
-                        None,
-                        Some(*reservation_id),
-                        None,
-                        Some(*quantity),
-                        None,
-                    ),
-                };
-                db.exec(
-                    "INSERT OR REPLACE INTO outbox (seq, kind, at_ms, stock_total,
-                        reservation_id, buyer, quantity, payment_ref)
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    &[
-                        int(e.seq),
-                        text(kind),
-                        int(at_ms),
-                        opt_int(stock),
-                        opt_int(reservation),
-                        buyer.map_or(SqlValue::Null, text),
-                        opt_int(quantity.map(u64::from)),
-                        payment_ref.map_or(SqlValue::Null, text),
-                    ],
-                )?
-            }
+            Change::Put(row) => put(db, row)?,
             Change::Delete(ItemKey::Reservation(id)) => {
                 db.exec("DELETE FROM reservations WHERE id = ?", &[int(*id)])?
             }
@@ -413,6 +224,207 @@ pub fn write(db: &mut impl SqlDb, changes: &[Change]) -> Result<(), StorageError
         };
     }
     Ok(())
+}
+
+/// Writes one row: an upsert of its table's row.
+fn put(db: &mut impl SqlDb, row: &Row) -> Result<(), StorageError> {
+    match row {
+        Row::Meta(m) => db.exec(
+            "INSERT OR REPLACE INTO meta (id, stock_total, mode, next_reservation_id,
+                outbox_acked_seq, outbox_attempts, outbox_retry_at_ms)
+             VALUES (1, ?, ?, ?, ?, ?, ?)",
+            &[
+                int(m.stock_total),
+                text(m.mode.as_str()),
+                int(m.next_reservation_id),
+                int(m.outbox_acked_seq),
+                int(u64::from(m.outbox_attempts)),
+                int(m.outbox_retry_at_ms),
+            ],
+        ),
+        Row::Config(c) => put_config(db, c),
+        Row::Escrow(e) => db.exec(
+            "INSERT OR REPLACE INTO escrow (id, body) VALUES (1, ?)",
+            &[SqlValue::Text(to_json(e)?)],
+        ),
+        Row::Admission(a) => put_admission(db, a),
+        // An upsert by id only: `INSERT OR REPLACE` would also resolve a
+        // clash on the key index by deleting the other row, silently.
+        // This way a second record under a key fails the write.
+        Row::Reservation(r) => db.exec(
+            "INSERT INTO reservations (id, buyer, idem_key, quantity, state,
+                expires_at_ms, payment_ref, confirmed_at_ms, outbox_seq, voided_at_ms,
+                void_seq)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (id) DO UPDATE SET buyer = excluded.buyer,
+                idem_key = excluded.idem_key, quantity = excluded.quantity,
+                state = excluded.state, expires_at_ms = excluded.expires_at_ms,
+                payment_ref = excluded.payment_ref,
+                confirmed_at_ms = excluded.confirmed_at_ms,
+                outbox_seq = excluded.outbox_seq, voided_at_ms = excluded.voided_at_ms,
+                void_seq = excluded.void_seq",
+            &[
+                int(r.id),
+                text(&r.buyer),
+                text(&r.idem_key),
+                int(u64::from(r.quantity)),
+                text(r.state.as_str()),
+                int(r.expires_at_ms),
+                r.payment_ref.as_deref().map_or(SqlValue::Null, text),
+                opt_int(r.confirmed_at_ms),
+                opt_int(r.outbox_seq),
+                opt_int(r.voided_at_ms),
+                opt_int(r.void_seq),
+            ],
+        ),
+        Row::Outbox(e) => put_outbox(db, e),
+    }
+}
+
+fn put_config(db: &mut impl SqlDb, c: &Config) -> Result<(), StorageError> {
+    // Destructured in full: a new config field fails to compile
+    // here until it has a column.
+    let Config {
+        per_buyer_max,
+        quantity_max,
+        hold_ttl_ms,
+        idem_window_ms,
+        opens_at_ms,
+        closes_at_ms,
+        reservations_max,
+        admit_per_s,
+        prequeue_ms,
+        ticket_ttl_ms,
+        attempts_per_window_max,
+        attempt_window_ms,
+        pow,
+        face,
+    } = c;
+    db.exec(
+        "INSERT OR REPLACE INTO config (id, per_buyer_max, quantity_max, hold_ttl_ms,
+            idem_window_ms, opens_at_ms, closes_at_ms, reservations_max,
+            admit_per_s, prequeue_ms, ticket_ttl_ms, attempts_per_window_max,
+            attempt_window_ms)
+         VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        &[
+            int(u64::from(*per_buyer_max)),
+            int(u64::from(*quantity_max)),
+            int(*hold_ttl_ms),
+            int(*idem_window_ms),
+            opt_int(*opens_at_ms),
+            opt_int(*closes_at_ms),
+            int(u64::from(*reservations_max)),
+            int(u64::from(*admit_per_s)),
+            int(*prequeue_ms),
+            int(*ticket_ttl_ms),
+            int(u64::from(*attempts_per_window_max)),
+            int(*attempt_window_ms),
+        ],
+    )?;
+    db.exec(
+        "INSERT OR REPLACE INTO pow (id, pow) VALUES (1, ?)",
+        &[SqlValue::Text(to_json(pow)?)],
+    )?;
+    db.exec(
+        "INSERT OR REPLACE INTO face (id, face) VALUES (1, ?)",
+        &[SqlValue::Text(to_json(face)?)],
+    )
+}
+
+fn put_admission(db: &mut impl SqlDb, a: &Admission) -> Result<(), StorageError> {
+    let Admission {
+        prequeue,
+        folded,
+        folded_until_s,
+        buckets,
+        base_milli,
+        base_at_ms,
+        advancing,
+        floor,
+        lottery,
+        record,
+    } = a;
+    db.exec(
+        "INSERT OR REPLACE INTO room_record (id, lottery_key, record)
+         VALUES (1, ?, ?)",
+        &[
+            match lottery.key {
+                Some(k) => SqlValue::Text(k.to_hex()),
+                None => SqlValue::Null,
+            },
+            SqlValue::Text(to_json(record)?),
+        ],
+    )?;
+    let buckets: Vec<(u64, u64)> = buckets.iter().map(|(&s, &n)| (s, n)).collect();
+    db.exec(
+        "INSERT OR REPLACE INTO admission (id, prequeue, folded, folded_until_s,
+            buckets, base_milli, base_at_ms, advancing, floor)
+         VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?)",
+        &[
+            int(*prequeue),
+            int(*folded),
+            int(*folded_until_s),
+            SqlValue::Text(to_json(&buckets)?),
+            int(*base_milli),
+            int(*base_at_ms),
+            int(u64::from(*advancing)),
+            match floor {
+                Some(f) => SqlValue::Text(to_json(f)?),
+                None => SqlValue::Null,
+            },
+        ],
+    )
+}
+
+fn put_outbox(db: &mut impl SqlDb, e: &OutboxEntry) -> Result<(), StorageError> {
+    let (kind, at_ms, stock, reservation, buyer, quantity, payment_ref) = match &e.event {
+        OutboxEvent::Stock { stock_total, at_ms } => {
+            ("stock", *at_ms, Some(*stock_total), None, None, None, None)
+        }
+        OutboxEvent::Order {
+            reservation_id,
+            buyer,
+            quantity,
+            payment_ref,
+            confirmed_at_ms,
+        } => (
+            "order",
+            *confirmed_at_ms,
+            None,
+            Some(*reservation_id),
+            Some(&**buyer),
+            Some(*quantity),
+            Some(&**payment_ref),
+        ),
+        OutboxEvent::Void {
+            reservation_id,
+            quantity,
+            voided_at_ms,
+        } => (
+            "void",
+            *voided_at_ms,
+            None,
+            Some(*reservation_id),
+            None,
+            Some(*quantity),
+            None,
+        ),
+    };
+    db.exec(
+        "INSERT OR REPLACE INTO outbox (seq, kind, at_ms, stock_total,
+            reservation_id, buyer, quantity, payment_ref)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        &[
+            int(e.seq),
+            text(kind),
+            int(at_ms),
+            opt_int(stock),
+            opt_int(reservation),
+            buyer.map_or(SqlValue::Null, text),
+            opt_int(quantity.map(u64::from)),
+            payment_ref.map_or(SqlValue::Null, text),
+        ],
+    )
 }
 
 #[derive(Deserialize)]
