@@ -506,6 +506,33 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
         };
         return end;
     };
+    let (reserved, first_sent_ms) = match reserve(&ctx, &mut end, &token, &b, give_up_at).await {
+        Ok(r) => r,
+        Err(why) => {
+            end.outcome = why;
+            return end;
+        }
+    };
+    let Some((rid, expiry_us)) =
+        note_reserve(&ctx, &mut end, &buyer_id, &reserved, first_sent_ms, arrival)
+    else {
+        return end;
+    };
+    follow_fate(&ctx, &mut end, &b, &buyer_id, &token, rid, expiry_us).await;
+    end
+}
+
+/// Reserves, standing in the waiting room first where there is one, and
+/// again while the object has not yet admitted a ticket the edge did. The
+/// answer, and when the first attempt left; or why the buyer gave up in
+/// line.
+async fn reserve(
+    ctx: &Ctx,
+    end: &mut BuyerEnd,
+    token: &str,
+    b: &Buyer,
+    give_up_at: Instant,
+) -> Result<(Answer, Option<u64>), String> {
     let reservations = ctx.url(&format!("{}/reservations", ctx.product_path()));
     let body = json!({ "quantity": ctx.cfg.quantity }).to_string();
     let key = format!("\"{}\"", b.key);
@@ -514,22 +541,16 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
     let mut first_sent_ms: Option<u64> = None;
     let reserved = loop {
         if ctx.admission.load(Ordering::Relaxed) && ticket.is_none() {
-            match admitted(&ctx, &mut end, &token, give_up_at).await {
-                Ok(t) => ticket = Some(t),
-                Err(why) => {
-                    end.outcome = why;
-                    return end;
-                }
-            }
+            ticket = Some(admitted(ctx, end, token, give_up_at).await?);
         }
         first_sent_ms.get_or_insert(ctx.elapsed_ms());
         let sent_ms = now_ms();
         let answer = ctx
-            .again(&mut end, Endpoint::Reserve, || {
+            .again(end, Endpoint::Reserve, || {
                 let mut r = ctx
                     .http
                     .post(&reservations)
-                    .bearer_auth(&token)
+                    .bearer_auth(token)
                     .header("content-type", "application/json")
                     .header("idempotency-key", &key)
                     .body(body.clone());
@@ -558,6 +579,20 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
         }
         break answer;
     };
+    Ok((reserved, first_sent_ms))
+}
+
+/// Notes the reserve's answer: the outcome, a `sold_out` on the timeline
+/// the audit checks, and the hold it granted. The reservation id and when
+/// the hold's units come back if nobody pays, if it was granted.
+fn note_reserve(
+    ctx: &Ctx,
+    end: &mut BuyerEnd,
+    buyer_id: &str,
+    reserved: &Answer,
+    first_sent_ms: Option<u64>,
+    arrival: u64,
+) -> Option<(String, u64)> {
     end.outcome = if reserved.ok() {
         "reserved".into()
     } else {
@@ -567,7 +602,7 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
         && reserved.code.as_deref() == Some(ProblemCode::SoldOut.as_str())
     {
         end.timeline.refused.push(Refused {
-            buyer: buyer_id.clone(),
+            buyer: buyer_id.to_owned(),
             sent_us: reserved.sent_us,
             received_us: reserved.received_us,
         });
@@ -583,11 +618,11 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
         ctx.bar.inc(1);
     }
     if !reserved.ok() {
-        return end;
+        return None;
     }
     let Some(rid) = reserved.str("reservation_id").map(str::to_owned) else {
         end.outcome = "reserved_without_id".into();
-        return end;
+        return None;
     };
     let quantity = reserved
         .body
@@ -595,7 +630,7 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
         .and_then(|v| v.as_u64())
         .unwrap_or(0);
     end.timeline.served.push(Served {
-        buyer: buyer_id.clone(),
+        buyer: buyer_id.to_owned(),
         sent_us: reserved.first_sent_us,
         answered_us: ctx.clock_us(),
     });
@@ -618,13 +653,27 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
         until_ms: Some(expires_ms),
     });
     end.ranks = Some((arrival, ctx.services.fetch_add(1, Ordering::Relaxed)));
+    Some((rid, expiry_us))
+}
+
+/// What the buyer does with its hold (`Fate`): leaves it to expire,
+/// cancels it, or pays for it, and what came of it.
+async fn follow_fate(
+    ctx: &Ctx,
+    end: &mut BuyerEnd,
+    b: &Buyer,
+    buyer_id: &str,
+    token: &str,
+    rid: String,
+    expiry_us: u64,
+) {
     if ctx.cfg.system == System::Peer {
         // A peer makes the order at the reserve, for good.
         if let Some(h) = end.reservation.as_mut() {
             h.until_ms = None;
         }
         end.confirmed = Some(rid);
-        return end;
+        return;
     }
     // Without payment keys nobody can pay: the report says so, and which
     // shares the buyers followed.
@@ -642,8 +691,8 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
             let url = ctx.url(&format!("{rpath}/cancel"));
             let sent_ms = ctx.elapsed_ms();
             let a = ctx
-                .again(&mut end, Endpoint::Cancel, || {
-                    ctx.http.post(&url).bearer_auth(&token)
+                .again(end, Endpoint::Cancel, || {
+                    ctx.http.post(&url).bearer_auth(token)
                 })
                 .await;
             if a.ok() {
@@ -677,7 +726,7 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
             );
             let url = ctx.url(&path);
             let a = ctx
-                .again(&mut end, Endpoint::Confirm, || {
+                .again(end, Endpoint::Confirm, || {
                     let mut r = ctx
                         .http
                         .post(&url)
@@ -722,7 +771,6 @@ async fn buyer(ctx: Arc<Ctx>, b: Buyer) -> BuyerEnd {
         Some(a) if a.ok() => fate.as_str().to_owned(),
         Some(a) => format!("{}:{}", fate.as_str(), a.label()),
     });
-    end
 }
 
 /// How long one of the run's own requests may keep trying.
@@ -993,7 +1041,27 @@ fn progress_line(ctx: &Ctx) -> String {
 
 /// The run, phase by phase, filling `m` in as it goes. An error stops it
 /// where it was; what was measured stays in `m`.
+/// The run, phase by phase: set up, the crowd, what is left at the end,
+/// the settling, and the orders the origin stored.
 async fn phases(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<()> {
+    prepare(ctx, m).await?;
+    crowd(ctx, m).await?;
+    if ctx.stop.is_stopped() {
+        // One last look at the gate's numbers, briefly: the user asked to
+        // stop, and the report is what is left to give.
+        m.last = stats(ctx, Patience::Final).await.ok().flatten();
+        return Ok(());
+    }
+    if !read_end(ctx, m).await? || !settle(ctx, m).await? {
+        return Ok(());
+    }
+    read_orders(ctx, m).await
+}
+
+/// Creates the product if asked, and reads what the buyers must know of it
+/// (the hold's time to live, whether there is a waiting room) and the
+/// figures before the sale.
+async fn prepare(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<()> {
     if let Some(stock) = ctx.cfg.stock {
         m.created = setup(ctx, stock).await?;
     }
@@ -1021,7 +1089,11 @@ async fn phases(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<()> {
         Some(Stats::Peer(s)) => s.stock_total,
         None => 0,
     };
+    Ok(())
+}
 
+/// Runs the crowd to its end (or to a stop).
+async fn crowd(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<()> {
     let crowd = plan::crowd(
         ctx.cfg.seed,
         ctx.cfg.buyers,
@@ -1065,12 +1137,12 @@ async fn phases(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<()> {
     if panicked {
         bail!("a buyer's task panicked");
     }
-    if ctx.stop.is_stopped() {
-        // One last look at the gate's numbers, briefly: the user asked to
-        // stop, and the report is what is left to give.
-        m.last = stats(ctx, Patience::Final).await.ok().flatten();
-        return Ok(());
-    }
+    Ok(())
+}
+
+/// The room's audit and the units still available once every buyer is
+/// done. False if the run was stopped meanwhile.
+async fn read_end(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<bool> {
     // The room is judged once every buyer is done, before the settling
     // (which a run without an origin to read may end early).
     if ctx.cfg.audit {
@@ -1086,7 +1158,7 @@ async fn phases(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<()> {
             .pause(Duration::from_millis(ESCROW_REPORTS_WAIT_MS))
             .await
         {
-            return Ok(());
+            return Ok(false);
         }
         m.last = stats(ctx, Patience::Run).await?;
     }
@@ -1098,7 +1170,12 @@ async fn phases(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<()> {
         None => None,
     }
     .map(|available| EndRead { available, read_us });
+    Ok(true)
+}
 
+/// Waits for the system to settle, bounded by `--settle-timeout-ms`. True
+/// if the orders can be checked now.
+async fn settle(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<bool> {
     // Settle: the outbox drains (flashgate), the queue's consumer catches
     // up (a peer), bounded by the timeout.
     let finished = Instant::now();
@@ -1116,7 +1193,7 @@ async fn phases(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<()> {
             break done;
         }
         if !ctx.pause(Duration::from_millis(SETTLE_POLL_MS)).await {
-            return Ok(());
+            return Ok(false);
         }
         m.last = stats(ctx, Patience::Run).await?;
         if ctx.cfg.progress == Progress::Lines
@@ -1139,7 +1216,7 @@ async fn phases(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<()> {
         None => false,
     };
     if !settled && !checks_orders {
-        return Ok(());
+        return Ok(false);
     }
     if !settled {
         let left = match &m.last {
@@ -1151,7 +1228,7 @@ async fn phases(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<()> {
             "{left} after --settle-timeout-ms {}; the orders were not checked",
             ctx.cfg.settle_timeout_ms
         ));
-        return Ok(());
+        return Ok(false);
     }
     m.settle_ms = Some(finished.elapsed().as_millis() as u64);
     // A product of several stock shards knows its shards' figures from
@@ -1162,11 +1239,16 @@ async fn phases(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<()> {
             .pause(Duration::from_millis(ESCROW_REPORTS_WAIT_MS))
             .await
         {
-            return Ok(());
+            return Ok(false);
         }
         m.last = stats(ctx, Patience::Run).await?;
     }
+    Ok(true)
+}
 
+/// The orders the origin (or the peer) stored, and the drift against the
+/// gate's own count.
+async fn read_orders(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<()> {
     match (
         &m.last,
         ctx.cfg.origin.as_deref(),

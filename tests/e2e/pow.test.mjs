@@ -299,8 +299,13 @@ system.test("a payload solved before the level rose does not join at the old pri
   assert.equal(await asking(api, P), 1);
   const crowd = Array.from({ length: 60 }, (_, i) => `rush${i}`);
   const paid = await Promise.all(crowd.map((b) => solvedFor(api, P, b)));
-  await Promise.all(crowd.map((b, i) => api.join(P, b, { "flashgate-pow": paid[i] })));
+  const joins = await Promise.all(crowd.map((b, i) => api.join(P, b, { "flashgate-pow": paid[i] })));
   const level = await untilAsking(api, P, 2);
+  // A crowd's join that came after the rise is refused too: the farm's
+  // count starts once the edge has reported the crowd's.
+  const late = joins.filter((r) => r.status === 403).length;
+  assert.ok(joins.every((r) => r.status === 201 || r.body.reason === "level_raised"), JSON.stringify(joins.map((r) => r.body.code)));
+  await refusalsReported(api, P, late);
   await farmRefused(api, P, farm, stock, level);
 });
 
