@@ -17,7 +17,7 @@ use serde::Serialize;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::error::BoxDynError;
 use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
-use sqlx::{AnyPool, Executor, Row};
+use sqlx::{AnyConnection, AnyPool, Executor, Row};
 
 use crate::limits::{READ_CONNECTIONS_MAX, TX_ATTEMPTS_MAX, WRITE_CONNECTIONS_MAX};
 
@@ -306,38 +306,8 @@ impl Db {
                 Event::Stock {
                     seq, stock_total, ..
                 } => {
-                    let applied = sqlx::query(&self.sql(
-                        "UPDATE products SET stock_total = $1, stock_seq = $2
-                         WHERE id = $3 AND stock_seq < $2 AND sold <= $1",
-                    ))
-                    .bind(*stock_total as i64)
-                    .bind(*seq as i64)
-                    .bind(product)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                    if applied == 1 {
-                        EventStatus::Applied
-                    } else {
-                        let row = sqlx::query(
-                            &self.sql("SELECT stock_seq, sold FROM products WHERE id = $1"),
-                        )
-                        .bind(product)
-                        .fetch_one(&mut *tx)
-                        .await?;
-                        let (stock_seq, sold): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
-                        if stock_seq >= *seq as i64 {
-                            EventStatus::Duplicate
-                        } else {
-                            tracing::error!(
-                                product,
-                                stock_total,
-                                sold,
-                                "a stock total below the units sold (a bug signal); refused"
-                            );
-                            EventStatus::Refused
-                        }
-                    }
+                    self.apply_stock(&mut tx, product, *seq, *stock_total)
+                        .await?
                 }
                 Event::Order {
                     reservation_id,
@@ -347,112 +317,22 @@ impl Db {
                     confirmed_at_ms,
                     ..
                 } => {
-                    let inserted: Option<AnyRow> = sqlx::query(&self.sql(
-                        "INSERT INTO orders (reservation_id, product_id, buyer_id, quantity,
-                            payment_ref, confirmed_at, received_at, status)
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, 'accepted')
-                         ON CONFLICT (reservation_id) DO NOTHING
-                         RETURNING id",
-                    ))
-                    .bind(reservation_id.as_str())
-                    .bind(product)
-                    .bind(buyer_id.as_str())
-                    .bind(i64::from(*quantity))
-                    .bind(payment_ref.as_str())
-                    .bind(*confirmed_at_ms as i64)
-                    .bind(now_ms as i64)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                    match inserted {
-                        None => EventStatus::Duplicate,
-                        Some(row) => {
-                            let row_id: i64 = row.try_get(0)?;
-                            // The conditional decrement: the second line of
-                            // defence against overselling.
-                            let counted = sqlx::query(&self.sql(
-                                "UPDATE products SET sold = sold + $1,
-                                    orders_accepted = orders_accepted + 1
-                                 WHERE id = $2 AND sold + $1 <= stock_total",
-                            ))
-                            .bind(i64::from(*quantity))
-                            .bind(product)
-                            .execute(&mut *tx)
-                            .await?
-                            .rows_affected();
-                            if counted == 1 {
-                                EventStatus::Applied
-                            } else {
-                                sqlx::query(&self.sql(
-                                    "UPDATE orders SET status = 'rejected_oversell' WHERE id = $1",
-                                ))
-                                .bind(row_id)
-                                .execute(&mut *tx)
-                                .await?;
-                                sqlx::query(&self.sql(
-                                    "UPDATE products SET orders_rejected = orders_rejected + 1
-                                     WHERE id = $1",
-                                ))
-                                .bind(product)
-                                .execute(&mut *tx)
-                                .await?;
-                                tracing::error!(
-                                    %reservation_id, product, quantity,
-                                    "order would oversell the product; stored as rejected_oversell (a bug signal)"
-                                );
-                                EventStatus::RejectedOversell
-                            }
-                        }
-                    }
+                    let order = Order {
+                        reservation_id,
+                        buyer_id,
+                        quantity: *quantity,
+                        payment_ref,
+                        confirmed_at_ms: *confirmed_at_ms,
+                    };
+                    self.apply_order(&mut tx, product, &order, now_ms).await?
                 }
                 Event::Void {
                     reservation_id,
                     voided_at_ms,
                     ..
                 } => {
-                    let voided: Option<AnyRow> = sqlx::query(&self.sql(
-                        "UPDATE orders SET status = 'voided', voided_at = $1
-                         WHERE reservation_id = $2 AND status = 'accepted'
-                         RETURNING quantity",
-                    ))
-                    .bind(*voided_at_ms as i64)
-                    .bind(reservation_id.as_str())
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                    match voided {
-                        Some(row) => {
-                            let q: i64 = row.try_get(0)?;
-                            sqlx::query(&self.sql(
-                                "UPDATE products SET sold = sold - $1,
-                                    orders_accepted = orders_accepted - 1,
-                                    orders_voided = orders_voided + 1
-                                 WHERE id = $2",
-                            ))
-                            .bind(q)
-                            .bind(product)
-                            .execute(&mut *tx)
-                            .await?;
-                            EventStatus::Applied
-                        }
-                        None => {
-                            let status: Option<String> = sqlx::query(
-                                &self.sql("SELECT status FROM orders WHERE reservation_id = $1"),
-                            )
-                            .bind(reservation_id.as_str())
-                            .fetch_optional(&mut *tx)
-                            .await?
-                            .map(|r| r.try_get(0))
-                            .transpose()?;
-                            if status.as_deref() == Some("voided") {
-                                EventStatus::Duplicate
-                            } else {
-                                tracing::error!(
-                                    %reservation_id, product, ?status,
-                                    "a void of an order the origin did not accept (a bug signal); refused"
-                                );
-                                EventStatus::Refused
-                            }
-                        }
-                    }
+                    self.apply_void(&mut tx, product, reservation_id, *voided_at_ms)
+                        .await?
                 }
             };
             results.push(EventResult {
@@ -462,6 +342,174 @@ impl Db {
         }
         tx.commit().await?;
         Ok(results)
+    }
+
+    /// A stock total, applied once and in order, never below the units
+    /// sold.
+    async fn apply_stock(
+        &self,
+        conn: &mut AnyConnection,
+        product: &str,
+        seq: u64,
+        stock_total: u64,
+    ) -> anyhow::Result<EventStatus> {
+        let applied = sqlx::query(&self.sql(
+            "UPDATE products SET stock_total = $1, stock_seq = $2
+             WHERE id = $3 AND stock_seq < $2 AND sold <= $1",
+        ))
+        .bind(stock_total as i64)
+        .bind(seq as i64)
+        .bind(product)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+        Ok(if applied == 1 {
+            EventStatus::Applied
+        } else {
+            let row = sqlx::query(&self.sql("SELECT stock_seq, sold FROM products WHERE id = $1"))
+                .bind(product)
+                .fetch_one(&mut *conn)
+                .await?;
+            let (stock_seq, sold): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
+            if stock_seq >= seq as i64 {
+                EventStatus::Duplicate
+            } else {
+                tracing::error!(
+                    product,
+                    stock_total,
+                    sold,
+                    "a stock total below the units sold (a bug signal); refused"
+                );
+                EventStatus::Refused
+            }
+        })
+    }
+
+    /// An order, stored once per reservation and counted only within the
+    /// product's stock.
+    async fn apply_order(
+        &self,
+        conn: &mut AnyConnection,
+        product: &str,
+        order: &Order<'_>,
+        now_ms: u64,
+    ) -> anyhow::Result<EventStatus> {
+        let Order {
+            reservation_id,
+            buyer_id,
+            quantity,
+            payment_ref,
+            confirmed_at_ms,
+        } = *order;
+        let inserted: Option<AnyRow> = sqlx::query(&self.sql(
+            "INSERT INTO orders (reservation_id, product_id, buyer_id, quantity,
+                payment_ref, confirmed_at, received_at, status)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 'accepted')
+             ON CONFLICT (reservation_id) DO NOTHING
+             RETURNING id",
+        ))
+        .bind(reservation_id)
+        .bind(product)
+        .bind(buyer_id)
+        .bind(i64::from(quantity))
+        .bind(payment_ref)
+        .bind(confirmed_at_ms as i64)
+        .bind(now_ms as i64)
+        .fetch_optional(&mut *conn)
+        .await?;
+        Ok(match inserted {
+            None => EventStatus::Duplicate,
+            Some(row) => {
+                let row_id: i64 = row.try_get(0)?;
+                // The conditional decrement: the second line of
+                // defence against overselling.
+                let counted = sqlx::query(&self.sql(
+                    "UPDATE products SET sold = sold + $1,
+                        orders_accepted = orders_accepted + 1
+                     WHERE id = $2 AND sold + $1 <= stock_total",
+                ))
+                .bind(i64::from(quantity))
+                .bind(product)
+                .execute(&mut *conn)
+                .await?
+                .rows_affected();
+                if counted == 1 {
+                    EventStatus::Applied
+                } else {
+                    sqlx::query(
+                        &self.sql("UPDATE orders SET status = 'rejected_oversell' WHERE id = $1"),
+                    )
+                    .bind(row_id)
+                    .execute(&mut *conn)
+                    .await?;
+                    sqlx::query(&self.sql(
+                        "UPDATE products SET orders_rejected = orders_rejected + 1
+                         WHERE id = $1",
+                    ))
+                    .bind(product)
+                    .execute(&mut *conn)
+                    .await?;
+                    tracing::error!(
+                        %reservation_id, product, quantity,
+                        "order would oversell the product; stored as rejected_oversell (a bug signal)"
+                    );
+                    EventStatus::RejectedOversell
+                }
+            }
+        })
+    }
+
+    /// A void of an accepted order, once: its units go back to the product.
+    async fn apply_void(
+        &self,
+        conn: &mut AnyConnection,
+        product: &str,
+        reservation_id: &str,
+        voided_at_ms: u64,
+    ) -> anyhow::Result<EventStatus> {
+        let voided: Option<AnyRow> = sqlx::query(&self.sql(
+            "UPDATE orders SET status = 'voided', voided_at = $1
+             WHERE reservation_id = $2 AND status = 'accepted'
+             RETURNING quantity",
+        ))
+        .bind(voided_at_ms as i64)
+        .bind(reservation_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+        Ok(match voided {
+            Some(row) => {
+                let q: i64 = row.try_get(0)?;
+                sqlx::query(&self.sql(
+                    "UPDATE products SET sold = sold - $1,
+                        orders_accepted = orders_accepted - 1,
+                        orders_voided = orders_voided + 1
+                     WHERE id = $2",
+                ))
+                .bind(q)
+                .bind(product)
+                .execute(&mut *conn)
+                .await?;
+                EventStatus::Applied
+            }
+            None => {
+                let status: Option<String> =
+                    sqlx::query(&self.sql("SELECT status FROM orders WHERE reservation_id = $1"))
+                        .bind(reservation_id)
+                        .fetch_optional(&mut *conn)
+                        .await?
+                        .map(|r| r.try_get(0))
+                        .transpose()?;
+                if status.as_deref() == Some("voided") {
+                    EventStatus::Duplicate
+                } else {
+                    tracing::error!(
+                        %reservation_id, product, ?status,
+                        "a void of an order the origin did not accept (a bug signal); refused"
+                    );
+                    EventStatus::Refused
+                }
+            }
+        })
     }
 
     /// A product's row, read from the read pool.
@@ -557,4 +605,13 @@ fn is_retryable(e: &anyhow::Error) -> bool {
         .and_then(|e| e.as_database_error())
         .and_then(|d| d.code())
         .is_some_and(|c| c == "40P01" || c == "40001")
+}
+
+/// An order event's fields, as `Db::apply_order` stores them.
+struct Order<'a> {
+    reservation_id: &'a str,
+    buyer_id: &'a str,
+    quantity: u32,
+    payment_ref: &'a str,
+    confirmed_at_ms: u64,
 }
