@@ -12,6 +12,9 @@ use crate::outcome::ReservationId;
 use crate::store::{HoldState, Paid};
 
 /// One record as the audit reads it, from memory or from the archive.
+/// What a buyer holds: (units, records in memory, archived records).
+type Usage = HashMap<String, (u32, u32, u32)>;
+
 struct Audited {
     id: ReservationId,
     buyer: String,
@@ -85,12 +88,20 @@ impl Gate {
         }
         self.store.audit()?;
         self.buyers.audit()?;
+        let records = self.audited(archive)?;
+        let usage = self.audit_records(&records)?;
+        self.audit_buyers(&usage)?;
+        self.audit_outbox(&records)
+    }
+
+    /// The records against the counters and the indexes; what each buyer
+    /// holds, by id: (units, records in memory, archived records).
+    fn audit_records(&self, records: &[Audited]) -> Result<Usage, String> {
         let (mut held, mut sold, mut live, mut tomb) = (0u64, 0u64, 0u32, 0u32);
         let mut expiry = BTreeSet::new();
         let mut purge = BTreeSet::new();
         let mut usage: HashMap<String, (u32, u32, u32)> = HashMap::new();
-        let records = self.audited(archive)?;
-        for r in &records {
+        for r in records {
             let id = r.id;
             if id >= self.next_id {
                 return Err(format!(
@@ -144,6 +155,12 @@ impl Gate {
         if purge != self.purge {
             return Err("the purge index does not match the tombstones".into());
         }
+        Ok(usage)
+    }
+
+    /// The buyers' slots, the paid buyers' filter and the per-buyer limit
+    /// against what the records say each buyer holds.
+    fn audit_buyers(&self, usage: &Usage) -> Result<(), String> {
         let slots: Vec<_> = self.buyers.iter().collect();
         // A buyer has a slot exactly while a record in memory names it, and
         // the slot counts the buyer's units and archived records; a buyer
@@ -158,7 +175,7 @@ impl Gate {
             return Err("per-buyer units or references disagree with records".into());
         }
         let mut away = 0;
-        for (id, &(units, refs, _)) in &usage {
+        for (id, &(units, refs, _)) in usage {
             if refs == 0 {
                 if !self.paid_buyers.may_contain(id) {
                     return Err(format!(
@@ -180,10 +197,14 @@ impl Gate {
                 self.config.per_buyer_max
             ));
         }
-        // Every order and void not yet acked is in the outbox under its own
-        // sequence, and only those (and stock totals) are.
+        Ok(())
+    }
+
+    /// Every order and void not yet acked is in the outbox under its own
+    /// sequence, and only those (and stock totals) are.
+    fn audit_outbox(&self, records: &[Audited]) -> Result<(), String> {
         let mut pending = 0;
-        for r in &records {
+        for r in records {
             let id = r.id;
             let Some(p) = &r.paid else {
                 continue;

@@ -261,6 +261,15 @@ impl Report {
     /// The summary table.
     pub fn table(&self) -> String {
         let mut out = String::new();
+        self.write_requests(&mut out);
+        self.write_sale(&mut out);
+        self.write_checks(&mut out);
+        self.write_verdict(&mut out);
+        out
+    }
+
+    /// The run, and each endpoint's latencies and answers.
+    fn write_requests(&self, out: &mut String) {
         let _ = writeln!(
             out,
             "{} at {} · product {} · stock {} · {} buyers · {} connections · seed {}",
@@ -294,6 +303,10 @@ impl Report {
                 counts(&f.answers)
             );
         }
+    }
+
+    /// What the buyers met: outcomes, sold-outs, waits, holds, fairness.
+    fn write_sale(&self, out: &mut String) {
         let _ = writeln!(out, "outcomes: {}", counts(&self.outcomes));
         if let Some(l) = &self.sold_out_latency {
             let _ = writeln!(
@@ -361,6 +374,10 @@ impl Report {
             self.db_writes_per_reserve
                 .map_or("-".into(), |w| format!("{w:.4}"))
         );
+    }
+
+    /// The proof of work, the shards, the audit, and how the run ended.
+    fn write_checks(&self, out: &mut String) {
         if let Some(p) = &self.pow {
             let _ = writeln!(
                 out,
@@ -418,9 +435,13 @@ impl Report {
         if let Some(why) = &self.incomplete {
             let _ = writeln!(out, "INCOMPLETE: the run stopped before its end: {why}");
         }
+    }
+
+    /// The verdict and the violations behind it.
+    fn write_verdict(&self, out: &mut String) {
         let Some(v) = &self.verdict else {
             let _ = writeln!(out, "verdict: none (the ceiling keeps no stock)");
-            return out;
+            return;
         };
         let checked = |made: bool, n: u64| {
             if made {
@@ -461,6 +482,5 @@ impl Report {
         for why in &v.violations {
             let _ = writeln!(out, "  violation: {why}");
         }
-        out
     }
 }
