@@ -594,32 +594,8 @@ impl Gate {
                 quantity_max: self.config.quantity_max,
             };
         }
-        match self.phase(now_ms) {
-            SaleState::Open => {}
-            SaleState::Scheduled => {
-                return ReserveOutcome::NotOpen {
-                    opens_at_ms: self.config.opens_at_ms.unwrap_or(0),
-                }
-            }
-            SaleState::Paused => return ReserveOutcome::Paused,
-            SaleState::Closed => return ReserveOutcome::Closed,
-        }
-        if self.config.admit_per_s > 0 {
-            let Some(ticket) = ticket else {
-                return ReserveOutcome::TicketRequired;
-            };
-            if ticket.arrived_ms.saturating_add(self.config.ticket_ttl_ms) <= now_ms {
-                return ReserveOutcome::TicketExpired;
-            }
-            let rules = self.admission_rules();
-            let key = ticket.key(rules.opens_at_ms);
-            // A ticket of the infinite queue is never admitted: it answers
-            // as a ticket still waiting would.
-            if ticket.shadow || !self.admission.watermark(now_ms, rules).admits(key) {
-                return ReserveOutcome::NotAdmitted {
-                    position: self.admission.position(key, now_ms, rules).max(1),
-                };
-            }
+        if let Some(refusal) = self.refuse_by_sale(now_ms, ticket) {
+            return refusal;
         }
         if self.live_holds + self.tombstones >= self.config.reservations_max {
             return ReserveOutcome::Overloaded {
@@ -675,6 +651,39 @@ impl Gate {
             expires_at_ms,
             quantity,
         }
+    }
+
+    /// Whether the sale takes a reserve now: its state, and for a waiting
+    /// room the buyer's ticket. The refusal, if not.
+    fn refuse_by_sale(&self, now_ms: u64, ticket: Option<Ticket>) -> Option<ReserveOutcome> {
+        match self.phase(now_ms) {
+            SaleState::Open => {}
+            SaleState::Scheduled => {
+                return Some(ReserveOutcome::NotOpen {
+                    opens_at_ms: self.config.opens_at_ms.unwrap_or(0),
+                })
+            }
+            SaleState::Paused => return Some(ReserveOutcome::Paused),
+            SaleState::Closed => return Some(ReserveOutcome::Closed),
+        }
+        if self.config.admit_per_s > 0 {
+            let Some(ticket) = ticket else {
+                return Some(ReserveOutcome::TicketRequired);
+            };
+            if ticket.arrived_ms.saturating_add(self.config.ticket_ttl_ms) <= now_ms {
+                return Some(ReserveOutcome::TicketExpired);
+            }
+            let rules = self.admission_rules();
+            let key = ticket.key(rules.opens_at_ms);
+            // A ticket of the infinite queue is never admitted: it answers
+            // as a ticket still waiting would.
+            if ticket.shadow || !self.admission.watermark(now_ms, rules).admits(key) {
+                return Some(ReserveOutcome::NotAdmitted {
+                    position: self.admission.position(key, now_ms, rules).max(1),
+                });
+            }
+        }
+        None
     }
 
     /// How long until a reservation record can next age out.
