@@ -382,6 +382,8 @@ impl Gate {
         self.archived = true;
     }
 
+    /// For the simulators: whether `set_archived` was called.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn is_archived(&self) -> bool {
         self.archived
     }
@@ -479,6 +481,8 @@ impl Gate {
         self.mode
     }
 
+    /// For the simulators: this gate's own total (its escrow at a shard).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn stock_total(&self) -> u64 {
         self.stock_total
     }
@@ -1295,7 +1299,8 @@ impl Gate {
     }
 
     /// Replaces the rules. New rules apply to new requests; live holds keep
-    /// their expiry.
+    /// their expiry. For the simulators; the admin's path is `configure`.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn set_rules(
         &mut self,
         archive: &dyn Archive,
