@@ -1013,7 +1013,10 @@ impl Escrowed {
             },
         };
         let (home, store) = &mut objects[0];
-        let reply = home.command(store, &create, 1_000_000).expect("created");
+        let reply = home
+            .commands(store, std::slice::from_ref(&create), 1_000_000)
+            .expect("created")
+            .remove(0);
         assert_eq!(reply.status, 201, "{:?}", reply.body);
         let mut sim = Escrowed {
             rng,

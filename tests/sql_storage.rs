@@ -8,6 +8,7 @@
 //! n seeds and `SQL_STEPS=n` sets the steps (`flashgate_testkit::Plan`). A
 //! failure prints its seed, its step and the line that reruns it.
 
+use flashgate::http::reply::Reply;
 use flashgate::object::product::{ProductObject, Reader, Storage, StorageError};
 use flashgate::object::sql::{SqlDb, SqlValue};
 use flashgate::protocol::Command;
@@ -32,6 +33,30 @@ impl Lite {
             fail_exec_in: None,
             fail_commit: false,
         }
+    }
+}
+
+/// One command alone: a group commit of one, as the object runs a lone
+/// request.
+trait OneCommand {
+    fn command(
+        &mut self,
+        store: &mut impl Storage,
+        cmd: &Command,
+        now_ms: u64,
+    ) -> Result<Reply, StorageError>;
+}
+
+impl OneCommand for ProductObject {
+    fn command(
+        &mut self,
+        store: &mut impl Storage,
+        cmd: &Command,
+        now_ms: u64,
+    ) -> Result<Reply, StorageError> {
+        let mut replies = self.commands(store, std::slice::from_ref(cmd), now_ms)?;
+        assert_eq!(replies.len(), 1, "one reply per command: {cmd:?}");
+        Ok(replies.pop().unwrap())
     }
 }
 

@@ -292,17 +292,6 @@ impl ProductObject {
         })
     }
 
-    /// Runs one command: decide, write, and only then reply.
-    pub fn command(
-        &mut self,
-        store: &mut impl Storage,
-        cmd: &Command,
-        now_ms: u64,
-    ) -> Result<Reply, StorageError> {
-        let mut replies = self.commands(store, std::slice::from_ref(cmd), now_ms)?;
-        Ok(replies.pop().expect("one reply per command"))
-    }
-
     /// Group commit: runs a batch of commands in one transaction. Each is
     /// decided and its rows written in turn, exactly as one command alone,
     /// so a later command sees what an earlier one decided; the rows of all
