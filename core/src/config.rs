@@ -105,6 +105,13 @@ pub mod limits {
     /// point about every 32 s.
     pub const RECORD_POINTS_MAX: usize = 128;
     pub const RECORD_STEP_MS: u64 = 1_000;
+    /// A product's history (`history::History`): at most this many time
+    /// buckets, each `HISTORY_STEP_MS` wide at first; when full, each pair
+    /// merges and the step doubles. A sale of up to 8 min 32 s keeps
+    /// one-second buckets; a week's product ends with buckets of about 40
+    /// minutes.
+    pub const HISTORY_BUCKETS_MAX: usize = 512;
+    pub const HISTORY_STEP_MS: u64 = 1_000;
     /// The proof of work at the join (`crate::pow`): the highest level a
     /// product may ask, and the level a setting that names none asks. Level
     /// 4 (16^4 PBKDF2 tries) took a median of 5.3 s in headless Chromium

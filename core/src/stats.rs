@@ -47,6 +47,51 @@ impl Counters {
         self.cancel[kind as usize]
     }
 
+    /// What was counted since `earlier`, a copy of these counters taken
+    /// before (each count only grows, so no slot underflows).
+    pub fn since(&self, earlier: &Counters) -> Counters {
+        let mut d = self.clone();
+        d.each_mut(earlier, |a, b| *a -= b);
+        d
+    }
+
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &Counters) {
+        self.each_mut(other, |a, b| *a += b);
+    }
+
+    /// Whether nothing was counted.
+    pub fn is_zero(&self) -> bool {
+        *self == Counters::default()
+    }
+
+    /// `f(slot, other's slot)` over every slot: one list of the fields, so
+    /// that a new counter cannot be left out of `since` or `add`.
+    fn each_mut(&mut self, other: &Counters, f: impl Fn(&mut u64, u64)) {
+        let Counters {
+            reserve,
+            confirm,
+            cancel,
+            holds_expired,
+            rejoins_uncounted,
+            pow_refused,
+            pow_shadowed,
+        } = self;
+        for (a, &b) in reserve.iter_mut().zip(&other.reserve) {
+            f(a, b);
+        }
+        for (a, &b) in confirm.iter_mut().zip(&other.confirm) {
+            f(a, b);
+        }
+        for (a, &b) in cancel.iter_mut().zip(&other.cancel) {
+            f(a, b);
+        }
+        f(holds_expired, other.holds_expired);
+        f(rejoins_uncounted, other.rejoins_uncounted);
+        f(pow_refused, other.pow_refused);
+        f(pow_shadowed, other.pow_shadowed);
+    }
+
     /// `(operation, outcome code, count)` for every outcome, zeros included.
     pub fn iter(&self) -> impl Iterator<Item = (&'static str, &'static str, u64)> + '_ {
         let reserve = ReserveKind::ALL
