@@ -4,6 +4,7 @@
 // (docs/security.md). Each refusal is a 401 problem whose detail names the
 // failing check, and changes nothing; a rotation of the provider's keys
 // fails no request.
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createHmac, randomBytes } from "node:crypto";
 import { UnsecuredJWT } from "jose";
@@ -11,7 +12,7 @@ import { json, sleep, stateOf } from "../support/client.mjs";
 import * as keys from "../support/keys.mjs";
 import { buyerIdOf, claims, ISSUER, joseToken, jwks, pyjwtTokens, signingKey } from "../support/provider.mjs";
 import { why } from "../support/seed.mjs";
-import { useGate } from "../support/system.mjs";
+import { useGate, withGate } from "../support/system.mjs";
 
 const b64url = (x) => Buffer.from(x).toString("base64url");
 
@@ -174,4 +175,26 @@ system.test("a rotation of the provider's keys, old and new side by side in the 
   assert.deepEqual(failures, [], why("a request failed across the rotation"));
   assert.deepEqual([...kids].sort(), [ec1.kid, ec2.kid, rsa1.kid, rsa2.kid].sort(), "tokens of every key were sent");
   console.log(`provider tokens: ${sent} reserves across the switch from -01 to -02; none failed`);
+});
+
+test("a provider configured wrong is refused: the gate serves no API and its log names the setting", async () => {
+  const tooLarge = JSON.stringify({ keys: [{ ...rsa1.jwk, x5c: ["MII" + "Q".repeat(16 * 1024)] }] });
+  const clash = jwks([{ ...rsa1, jwk: { ...rsa1.jwk, kid: keys.BUYER_TOKEN_KEYS.split(":")[0] } }]);
+  const cases = [
+    ["an oversized JWKS", { BUYER_TOKEN_JWKS: tooLarge, BUYER_TOKEN_ISSUER: ISSUER }, "BUYER_TOKEN_JWKS: the JWKS is longer than"],
+    ["a JWKS without its issuer", { BUYER_TOKEN_JWKS: JWKS }, "BUYER_TOKEN_ISSUER: is required"],
+    ["a kid of BUYER_TOKEN_KEYS in the JWKS", { BUYER_TOKEN_JWKS: clash, BUYER_TOKEN_ISSUER: ISSUER }, "BUYER_TOKEN_JWKS: key id b1 is both"],
+    ["a private key in the JWKS", { BUYER_TOKEN_JWKS: jwks([{ ...ec1, jwk: ec1.privateKey.export({ format: "jwk" }) }]).replace('"kty"', `"kid":"${ec1.kid}","kty"`), BUYER_TOKEN_ISSUER: ISSUER }, `BUYER_TOKEN_JWKS: key ${ec1.kid} holds private key material`],
+  ];
+  for (const [name, vars, logged] of cases) {
+    await withGate({ vars }, async ({ gate }) => {
+      const r = await fetch(`${gate.url}/api/products/x`).then(json);
+      assert.equal(r.status, 500, why(`${name}: ${JSON.stringify(r.body)}`));
+      assert.equal(r.body.code, "misconfigured", name);
+      const deadline = Date.now() + 5_000;
+      while (!gate.stderr().includes(logged) && Date.now() < deadline) await sleep(50);
+      assert.ok(gate.stderr().includes(`refusing to serve: ${logged}`), `${name}: the log should say ${JSON.stringify(logged)}: ${gate.stderr().slice(-500)}`);
+      assert.ok(!gate.stderr().includes(ec1.privateKey.export({ format: "jwk" }).d), `${name}: the log names a private key`);
+    });
+  }
 });
