@@ -594,7 +594,10 @@ pub(crate) mod tests {
             r#"{{"keys":[],"pad":"{}"}}"#,
             "x".repeat(flashgate_wire::bounds::JWKS_BYTES_MAX)
         );
-        let refused: Vec<(&str, Vec<(&str, &str)>, &str, &str)> = vec![
+        let clash = jwks(["b1", "ec-1"]);
+        // A case's name, its settings, and the variable and reason refused.
+        type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a str, &'a str);
+        let refused: Vec<Case> = vec![
             (
                 "a JWKS without its issuer",
                 vec![("BUYER_TOKEN_JWKS", &keys)],
@@ -662,18 +665,14 @@ pub(crate) mod tests {
                 "BUYER_TOKEN_JWKS",
                 "key rsa-1 holds private key material",
             ),
+            (
+                "a kid of BUYER_TOKEN_KEYS in the JWKS",
+                vec![("BUYER_TOKEN_JWKS", &clash), ("BUYER_TOKEN_ISSUER", ISSUER)],
+                "BUYER_TOKEN_JWKS",
+                "key id b1 is both an HS256 key and a JWKS key",
+            ),
         ];
-        let clash = jwks(["b1", "ec-1"]);
-        let clash_case = (
-            "a kid of BUYER_TOKEN_KEYS in the JWKS",
-            vec![
-                ("BUYER_TOKEN_JWKS", clash.as_str()),
-                ("BUYER_TOKEN_ISSUER", ISSUER),
-            ],
-            "BUYER_TOKEN_JWKS",
-            "key id b1 is both an HS256 key and a JWKS key",
-        );
-        for (name, pairs, var, why) in refused.into_iter().chain([clash_case]) {
+        for (name, pairs, var, why) in refused {
             let e = with(&pairs)
                 .err()
                 .unwrap_or_else(|| panic!("{name}: accepted {pairs:?}"));
