@@ -32,7 +32,18 @@ function blocks() {
 }
 
 /** The examples this test runs, by name, in the order it runs them. */
-const RUN = ["secrets", "rotate", "idp-jwks", "face", "mint-at-origin", "mint-yourself", "reserve", "confirm", "idp-token", "idp-buyer-id", "orders"];
+const RUN = ["secrets", "rotate", "face", "mint-at-origin", "mint-yourself", "reserve", "confirm", "idp-token", "orders"];
+
+/** The examples of docs/security.md this test runs beside the README's
+ * (fenced ```LANG example NAME): the identity provider's JWKS stripped to
+ * fit a variable, and the buyer id a shop derives from its user id. */
+function docExamples() {
+  const text = readFileSync(join(ROOT, "docs/security.md"), "utf8");
+  const found = [...text.matchAll(/^```(\w+) example ([\w-]+)\n([\s\S]*?)^```$/gm)].map(([, lang, name, code]) => [name, { lang, name, code }]);
+  const examples = Object.fromEntries(found);
+  assert.deepEqual(Object.keys(examples).sort(), ["buyer-id", "strip-jwks"], "docs/security.md's examples");
+  return examples;
+}
 
 const RUNNERS = {
   js: (dir, code) => {
@@ -71,7 +82,7 @@ test("every fenced block of the README is an example this test runs, or a marked
 });
 
 test("the README's examples mint tokens, reserve, confirm and read the order back, with secrets made as it says", async () => {
-  const example = Object.fromEntries(blocks().filter((b) => b.kind === "readme").map((b) => [b.name, b]));
+  const example = { ...docExamples(), ...Object.fromEntries(blocks().filter((b) => b.kind === "readme").map((b) => [b.name, b])) };
   const dir = mkdtempSync(join(tmpdir(), "flashgate-readme-"));
   // The examples import the packages a shop would install (jose).
   symlinkSync(join(ROOT, "node_modules"), join(dir, "node_modules"));
@@ -89,7 +100,7 @@ test("the README's examples mint tokens, reserve, confirm and read the order bac
 
   // The shop's identity provider: a P-256 signing key, published at a JWKS
   // URL as providers publish theirs (a certificate chain on each key, and
-  // an encryption key beside), which the README's example strips.
+  // an encryption key beside), which docs/security.md's example strips.
   const ISSUER = "https://shop.eu.auth0.example/";
   const { privateKey, publicKey } = generateKeyPairSync("ec", { namedCurve: "P-256" });
   const providerKey = { kid: "pY3n-2026-04", alg: "ES256" };
@@ -101,7 +112,7 @@ test("the README's examples mint tokens, reserve, confirm and read the order bac
   };
   const jwksServer = createServer((req, res) => res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(published)));
   await new Promise((ok) => jwksServer.listen(0, "127.0.0.1", ok));
-  const jwksText = (await run(example["idp-jwks"], dir, { JWKS_URL: `http://127.0.0.1:${jwksServer.address().port}/.well-known/jwks.json` })).trim();
+  const jwksText = (await run(example["strip-jwks"], dir, { JWKS_URL: `http://127.0.0.1:${jwksServer.address().port}/.well-known/jwks.json` })).trim();
   jwksServer.close();
   const stripped = JSON.parse(jwksText);
   assert.ok(jwksText.length < JSON.stringify(published).length / 2 && jwksText.length <= 5000, `the stripped JWKS is ${jwksText.length} bytes: ${jwksText}`);
@@ -159,8 +170,8 @@ test("the README's examples mint tokens, reserve, confirm and read the order bac
     }
 
     // A token of the identity provider, made by jose as the README makes
-    // it: reserved with, and confirmed as the buyer id the README's
-    // backend computes from the user id.
+    // it: reserved with, and confirmed as the buyer id docs/security.md's
+    // example computes from the user id.
     const idpToken = (await run(example["idp-token"], dir, {
       PROVIDER_PRIVATE_JWK: JSON.stringify({ ...privateKey.export({ format: "jwk" }), ...providerKey }),
       BUYER_TOKEN_ISSUER: ISSUER,
@@ -169,7 +180,7 @@ test("the README's examples mint tokens, reserve, confirm and read the order bac
     assert.match(idpClaims.sub, /^auth0\|/, `a provider's subject: ${JSON.stringify(idpClaims)}`);
     const idpHeld = JSON.parse(await run(example.reserve, dir, { ...env, TOKEN: idpToken }));
     assert.equal(idpHeld.state, "held", `the provider's token's reserve: ${JSON.stringify(idpHeld)}`);
-    const idpBuyer = (await run(example["idp-buyer-id"], dir, { USER_ID: idpClaims.sub, BUYER_TOKEN_ISSUER: ISSUER, ID_SECRET: secrets.ID_SECRET })).trim();
+    const idpBuyer = (await run(example["buyer-id"], dir, { USER_ID: idpClaims.sub, BUYER_TOKEN_ISSUER: ISSUER, ID_SECRET: secrets.ID_SECRET })).trim();
     assert.match(idpBuyer, /^h\.[\w-]{43}$/, "a derived buyer id");
     const idpConfirm = await run(example.confirm, dir, { ...env, RESERVATION_ID: idpHeld.reservation_id, BUYER_ID: idpBuyer });
     assert.equal(idpConfirm.trim().split(" ")[0], "200", `the confirm as ${idpBuyer}: ${idpConfirm}`);
