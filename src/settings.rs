@@ -5,10 +5,11 @@
 //! is how a secret that is too short is refused at start-up: the Workers
 //! runtime has no start-up hook of its own.
 
+use flashgate_wire::jwks::Jwks;
 use flashgate_wire::keys::{check_secret, KeySet};
-use flashgate_wire::token::Verifier;
+use flashgate_wire::token::{ConfigError, Provider, Verifier, SUBJECT_CLAIM_DEFAULT};
 
-use crate::ids::{PowKey, ShardKey, TicketKey};
+use crate::ids::{buyer_ids_key, PowKey, ShardKey, TicketKey};
 
 use crate::limits::{LIVE_SOCKETS_MAX_DEFAULT, LIVE_SOCKETS_MAX_MAX};
 
@@ -20,10 +21,11 @@ pub const DEFAULT_AUDIENCE: &str = "flashgate";
 pub struct Settings {
     /// Verifies buyer tokens: `BUYER_TOKEN_KEYS`, the HS256 keys (which
     /// also sign the dev sessions' tokens), and `BUYER_TOKEN_AUDIENCE`, the
-    /// `aud` every buyer token must name. It trusts no identity provider
-    /// yet: a provider's RS256 and ES256 tokens are checked up to the
-    /// signature (`flashgate_wire::token::Decision::Verify`), and the
-    /// verify call that would prove them is the shell's, still to come.
+    /// `aud` every buyer token must name; and, when `BUYER_TOKEN_JWKS` is
+    /// set, the shop's identity provider (`provider`), whose RS256 and
+    /// ES256 tokens are checked up to the signature
+    /// (`flashgate_wire::token::Decision::Verify`), which the shell
+    /// verifies with the runtime's WebCrypto.
     pub buyer_tokens: Verifier,
     /// `PAYMENT_KEYS`: verifies the shop's signed confirmations.
     pub payment_keys: KeySet,
@@ -122,15 +124,101 @@ fn origin_url_ok(url: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-fn buyer_tokens(get: &impl Fn(&str) -> Option<String>) -> Result<Verifier, SettingsError> {
+fn buyer_tokens(
+    get: &impl Fn(&str) -> Option<String>,
+    id_secret: &[u8],
+) -> Result<Verifier, SettingsError> {
     let audience = get("BUYER_TOKEN_AUDIENCE")
         .filter(|a| !a.is_empty())
         .unwrap_or_else(|| DEFAULT_AUDIENCE.into());
-    // With no provider there is no JWKS whose key ids could clash.
-    Verifier::new(key_set(get, "BUYER_TOKEN_KEYS")?, &audience, None).map_err(|e| SettingsError {
-        var: "BUYER_TOKEN_KEYS",
+    let hs256 = key_set(get, "BUYER_TOKEN_KEYS")?;
+    Verifier::new(hs256, &audience, provider(get, id_secret)?).map_err(config_error)
+}
+
+/// A provider's configuration refused by `flashgate_wire::token`, named by
+/// its variable. A kid in both sets is named as the JWKS's: the JWKS is
+/// what a shop copies in from elsewhere.
+fn config_error(e: ConfigError) -> SettingsError {
+    SettingsError {
+        var: match e {
+            ConfigError::KidInBoth(_) => "BUYER_TOKEN_JWKS",
+            ConfigError::Issuer => "BUYER_TOKEN_ISSUER",
+            ConfigError::SubjectClaim => "BUYER_TOKEN_SUBJECT_CLAIM",
+        },
         why: e.to_string(),
-    })
+    }
+}
+
+/// A setting's value if it is set and not blank.
+fn set_var(get: &impl Fn(&str) -> Option<String>, var: &str) -> Option<String> {
+    get(var).filter(|v| !v.trim().is_empty())
+}
+
+/// A value compared byte for byte with a token's claim: spaces around it,
+/// a newline left by `echo | wrangler secret put` say, would refuse every
+/// token with a detail that hides why.
+fn exact(var: &'static str, value: String, what: &str) -> Result<String, SettingsError> {
+    if value.trim() != value || value.chars().any(char::is_control) {
+        return Err(SettingsError {
+            var,
+            why: format!("{what}, exactly, without spaces or line breaks around it"),
+        });
+    }
+    Ok(value)
+}
+
+/// The identity provider whose RS256 and ES256 tokens the gate accepts:
+/// `BUYER_TOKEN_JWKS` (its public keys, the JWKS JSON itself),
+/// `BUYER_TOKEN_ISSUER` (the `iss` its tokens carry, required with a JWKS)
+/// and `BUYER_TOKEN_SUBJECT_CLAIM` (the claim naming the user, `sub` unless
+/// set). None without a JWKS; an issuer or a claim given without one is
+/// refused, since it would be a provider configured by half. The keys are
+/// a variable, not a URL the gate fetches: docs/security.md says why.
+fn provider(
+    get: &impl Fn(&str) -> Option<String>,
+    id_secret: &[u8],
+) -> Result<Option<Provider>, SettingsError> {
+    let issuer = set_var(get, "BUYER_TOKEN_ISSUER");
+    let claim = set_var(get, "BUYER_TOKEN_SUBJECT_CLAIM");
+    let Some(text) = set_var(get, "BUYER_TOKEN_JWKS") else {
+        let stray = [
+            ("BUYER_TOKEN_ISSUER", issuer.is_some()),
+            ("BUYER_TOKEN_SUBJECT_CLAIM", claim.is_some()),
+        ];
+        return match stray.into_iter().find(|(_, set)| *set) {
+            Some((var, _)) => Err(SettingsError {
+                var,
+                why: "is set but BUYER_TOKEN_JWKS, the provider's keys, is not".into(),
+            }),
+            None => Ok(None),
+        };
+    };
+    let jwks = Jwks::parse(text.trim()).map_err(|e| SettingsError {
+        var: "BUYER_TOKEN_JWKS",
+        why: e.to_string(),
+    })?;
+    let issuer = issuer.ok_or(SettingsError {
+        var: "BUYER_TOKEN_ISSUER",
+        why: "is required with BUYER_TOKEN_JWKS: the iss the provider's tokens carry \
+              (some providers sign every tenant's tokens with the same keys)"
+            .into(),
+    })?;
+    let issuer = exact(
+        "BUYER_TOKEN_ISSUER",
+        issuer,
+        "must be the iss of the provider's tokens",
+    )?;
+    let claim = match claim {
+        Some(c) => exact(
+            "BUYER_TOKEN_SUBJECT_CLAIM",
+            c,
+            "must be the name of the claim that names the user",
+        )?,
+        None => SUBJECT_CLAIM_DEFAULT.into(),
+    };
+    Provider::new(jwks, &issuer, &claim, buyer_ids_key(id_secret))
+        .map(Some)
+        .map_err(config_error)
 }
 
 impl Settings {
@@ -185,7 +273,7 @@ impl Settings {
             pow_key: PowKey::new(&id_secret),
             shard_key: ShardKey::new(&id_secret),
             rate_limits,
-            buyer_tokens: buyer_tokens(&get)?,
+            buyer_tokens: buyer_tokens(&get, &id_secret)?,
             payment_keys: key_set(&get, "PAYMENT_KEYS")?,
             admin_tokens: key_set(&get, "ADMIN_TOKENS")?,
             id_secret,
@@ -294,6 +382,9 @@ impl Policies {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine;
+    use flashgate_wire::token::{self, Decision};
     use std::collections::HashMap;
 
     pub const BUYER_KEYS: &str =
@@ -409,6 +500,185 @@ pub(crate) mod tests {
                 assert_eq!(e.var, var, "{value}");
                 assert!(!e.why.contains(w), "the refusal names no secret: {e}");
             }
+        }
+    }
+
+    /// A JWKS of one RSA key and one P-256 key; the pure checks read the
+    /// keys' forms only, so the numbers need not be a real key.
+    fn jwks(kids: [&str; 2]) -> String {
+        let b64 = |b: &[u8]| URL_SAFE_NO_PAD.encode(b);
+        let mut n = vec![0x5a; 256];
+        n[0] = 0xc3;
+        serde_json::json!({"keys": [
+            {"kty": "RSA", "kid": kids[0], "n": b64(&n), "e": "AQAB", "x5c": ["MIIC..."]},
+            {"kty": "EC", "kid": kids[1], "crv": "P-256", "x": b64(&[1; 32]), "y": b64(&[2; 32])},
+        ]})
+        .to_string()
+    }
+
+    const ISSUER: &str = "https://login.example.com/";
+
+    /// An ES256 token of key `kid` with `claims`, its signature left to a
+    /// verify call.
+    fn es256(kid: &str, claims: serde_json::Value) -> String {
+        let part = |v: serde_json::Value| URL_SAFE_NO_PAD.encode(v.to_string());
+        format!(
+            "{}.{}.{}",
+            part(serde_json::json!({"alg": "ES256", "kid": kid})),
+            part(claims),
+            URL_SAFE_NO_PAD.encode([7; 64])
+        )
+    }
+
+    /// The buyer id a provider's token of subject claim `claim` would
+    /// prove, once verified; `None` if the settings take no such token.
+    fn provider_buyer(s: &Settings, claim: &str, value: &str) -> Option<String> {
+        let now_s = 1_800_000_000;
+        let mut claims = serde_json::json!({"aud": "flashgate", "iss": ISSUER,
+            "iat": now_s, "exp": now_s + 600});
+        claims[claim] = value.into();
+        match s.buyer_tokens.decide(&es256("ec-1", claims), now_s * 1000) {
+            Ok(Decision::Verify(u)) => Some(u.conclude(true).unwrap().id),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn an_identity_provider_is_configured_whole_or_refused_by_name() {
+        let keys = jwks(["rsa-1", "ec-1"]);
+        let with = |pairs: &[(&str, &str)]| Settings::from_env(env(pairs));
+        // Without a JWKS no provider's token is taken: its kid is unknown.
+        assert_eq!(provider_buyer(&settings(), "sub", "alice"), None);
+        let s = with(&[("BUYER_TOKEN_JWKS", &keys), ("BUYER_TOKEN_ISSUER", ISSUER)]).unwrap();
+        assert_eq!(provider_buyer(&s, "sub", "alice").as_deref(), Some("alice"));
+        // A subject that is not a buyer id is named by a keyed hash under
+        // a key derived from ID_SECRET.
+        let derived = token::buyer_id(
+            &buyer_ids_key(ID_SECRET.as_bytes()),
+            ISSUER,
+            "auth0|5f7c8ec7c33c6c004bbafe82",
+        );
+        assert_eq!(
+            provider_buyer(&s, "sub", "auth0|5f7c8ec7c33c6c004bbafe82"),
+            Some(derived)
+        );
+        // The subject claim is configurable, and only it names the buyer.
+        let s = with(&[
+            ("BUYER_TOKEN_JWKS", &keys),
+            ("BUYER_TOKEN_ISSUER", ISSUER),
+            ("BUYER_TOKEN_SUBJECT_CLAIM", "uid"),
+        ])
+        .unwrap();
+        assert_eq!(provider_buyer(&s, "uid", "carol").as_deref(), Some("carol"));
+        assert_eq!(provider_buyer(&s, "sub", "carol"), None);
+        // HS256 tokens work beside a provider, as before.
+        let hs = token::mint(
+            s.buyer_tokens.hs256(),
+            &token::Claims {
+                sub: "bob".into(),
+                aud: "flashgate".into(),
+                iat: 1_800_000_000,
+                exp: 1_800_000_600,
+                nbf: None,
+            },
+            1_800_000_000_000,
+        );
+        assert!(matches!(
+            s.buyer_tokens.decide(&hs, 1_800_000_000_000),
+            Ok(Decision::Proven(b)) if b.id == "bob"
+        ));
+
+        let private = keys.replacen(r#""e":"AQAB""#, r#""e":"AQAB","d":"c2VjcmV0""#, 1);
+        assert_ne!(private, keys, "the private member was added");
+        let oversized = format!(
+            r#"{{"keys":[],"pad":"{}"}}"#,
+            "x".repeat(flashgate_wire::bounds::JWKS_BYTES_MAX)
+        );
+        let clash = jwks(["b1", "ec-1"]);
+        // A case's name, its settings, and the variable and reason refused.
+        type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a str, &'a str);
+        let refused: Vec<Case> = vec![
+            (
+                "a JWKS without its issuer",
+                vec![("BUYER_TOKEN_JWKS", &keys)],
+                "BUYER_TOKEN_ISSUER",
+                "is required with BUYER_TOKEN_JWKS",
+            ),
+            (
+                "an issuer without a JWKS",
+                vec![("BUYER_TOKEN_ISSUER", ISSUER)],
+                "BUYER_TOKEN_ISSUER",
+                "BUYER_TOKEN_JWKS, the provider's keys, is not",
+            ),
+            (
+                "a subject claim without a JWKS",
+                vec![("BUYER_TOKEN_SUBJECT_CLAIM", "uid")],
+                "BUYER_TOKEN_SUBJECT_CLAIM",
+                "is not",
+            ),
+            (
+                "an issuer with a line break",
+                vec![
+                    ("BUYER_TOKEN_JWKS", &keys),
+                    ("BUYER_TOKEN_ISSUER", "https://login.example.com/\n"),
+                ],
+                "BUYER_TOKEN_ISSUER",
+                "without spaces",
+            ),
+            (
+                "a subject claim with a space",
+                vec![
+                    ("BUYER_TOKEN_JWKS", &keys),
+                    ("BUYER_TOKEN_ISSUER", ISSUER),
+                    ("BUYER_TOKEN_SUBJECT_CLAIM", " uid"),
+                ],
+                "BUYER_TOKEN_SUBJECT_CLAIM",
+                "without spaces",
+            ),
+            (
+                "not a JWKS",
+                vec![
+                    (
+                        "BUYER_TOKEN_JWKS",
+                        "https://login.example.com/.well-known/jwks.json",
+                    ),
+                    ("BUYER_TOKEN_ISSUER", ISSUER),
+                ],
+                "BUYER_TOKEN_JWKS",
+                "not a JSON object with a keys array",
+            ),
+            (
+                "an oversized JWKS",
+                vec![
+                    ("BUYER_TOKEN_JWKS", &oversized),
+                    ("BUYER_TOKEN_ISSUER", ISSUER),
+                ],
+                "BUYER_TOKEN_JWKS",
+                "longer than 16384 bytes",
+            ),
+            (
+                "a private key",
+                vec![
+                    ("BUYER_TOKEN_JWKS", &private),
+                    ("BUYER_TOKEN_ISSUER", ISSUER),
+                ],
+                "BUYER_TOKEN_JWKS",
+                "key rsa-1 holds private key material",
+            ),
+            (
+                "a kid of BUYER_TOKEN_KEYS in the JWKS",
+                vec![("BUYER_TOKEN_JWKS", &clash), ("BUYER_TOKEN_ISSUER", ISSUER)],
+                "BUYER_TOKEN_JWKS",
+                "key id b1 is both an HS256 key and a JWKS key",
+            ),
+        ];
+        for (name, pairs, var, why) in refused {
+            let e = with(&pairs)
+                .err()
+                .unwrap_or_else(|| panic!("{name}: accepted {pairs:?}"));
+            assert_eq!(e.var, var, "{name}: {e}");
+            assert!(e.why.contains(why), "{name}: {e}, want {why:?}");
+            assert!(!e.why.contains("c2VjcmV0"), "{name} names a secret: {e}");
         }
     }
 

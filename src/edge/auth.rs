@@ -66,10 +66,10 @@ fn token_problem(e: TokenError) -> Problem {
     )
 }
 
-/// `prove_buyer` to the end, with a provider's signature taken as not
-/// verified: the settings trust no identity provider until the shell can
-/// verify its signatures with WebCrypto, so no token comes to that step.
-/// The edge runs the same checks in its steps (`edge::pipeline`).
+/// `prove_buyer` to the end, for the tests of HS256 tokens, with a
+/// provider's signature taken as not verified (only the runtime's
+/// WebCrypto verifies one). The edge runs the same checks in its steps
+/// (`edge::pipeline`), with the shell's verify.
 #[cfg(test)]
 pub fn buyer(
     settings: &Settings,

@@ -15,8 +15,8 @@
 //!
 //! A token signed by an identity provider leaves its signature to the
 //! runtime's WebCrypto (`Step::VerifyToken`), the one step whose work is
-//! not the shell's own I/O. Today no provider is trusted (`settings`), so
-//! the step is never taken; the seam is here for it.
+//! not the shell's own I/O: everything else about the token (its form,
+//! key, algorithm and claims) is decided before it, here.
 
 use flashgate_wire::jwks::Jwk;
 use flashgate_wire::signing::Presented;

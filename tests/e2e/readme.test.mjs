@@ -10,7 +10,9 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { generateKeyPairSync } from "node:crypto";
+import { createServer } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startGate, gateVars, ROOT } from "../support/runtime.mjs";
@@ -30,7 +32,18 @@ function blocks() {
 }
 
 /** The examples this test runs, by name, in the order it runs them. */
-const RUN = ["secrets", "rotate", "face", "mint-at-origin", "mint-yourself", "reserve", "confirm", "orders"];
+const RUN = ["secrets", "rotate", "face", "mint-at-origin", "mint-yourself", "reserve", "confirm", "idp-token", "orders"];
+
+/** The examples of docs/security.md this test runs beside the README's
+ * (fenced ```LANG example NAME): the identity provider's JWKS stripped to
+ * fit a variable, and the buyer id a shop derives from its user id. */
+function docExamples() {
+  const text = readFileSync(join(ROOT, "docs/security.md"), "utf8");
+  const found = [...text.matchAll(/^```(\w+) example ([\w-]+)\n([\s\S]*?)^```$/gm)].map(([, lang, name, code]) => [name, { lang, name, code }]);
+  const examples = Object.fromEntries(found);
+  assert.deepEqual(Object.keys(examples).sort(), ["buyer-id", "strip-jwks"], "docs/security.md's examples");
+  return examples;
+}
 
 const RUNNERS = {
   js: (dir, code) => {
@@ -69,8 +82,10 @@ test("every fenced block of the README is an example this test runs, or a marked
 });
 
 test("the README's examples mint tokens, reserve, confirm and read the order back, with secrets made as it says", async () => {
-  const example = Object.fromEntries(blocks().filter((b) => b.kind === "readme").map((b) => [b.name, b]));
+  const example = { ...docExamples(), ...Object.fromEntries(blocks().filter((b) => b.kind === "readme").map((b) => [b.name, b])) };
   const dir = mkdtempSync(join(tmpdir(), "flashgate-readme-"));
+  // The examples import the packages a shop would install (jose).
+  symlinkSync(join(ROOT, "node_modules"), join(dir, "node_modules"));
 
   // Deploy: the secrets as the README generates them, and a payment key
   // set rotated as it rotates one. The gate and origin then run on them.
@@ -83,8 +98,28 @@ test("the README's examples mint tokens, reserve, confirm and read the order bac
   const rotated = envFile(await run(example.rotate, dir, { PAYMENT_KEYS: secrets.PAYMENT_KEYS })).PAYMENT_KEYS;
   assert.match(rotated, /^k1:[0-9a-f]{64},k2@\d{13}:[0-9a-f]{64}$/, "the rotated set: the old key, and the new one with its activation");
 
+  // The shop's identity provider: a P-256 signing key, published at a JWKS
+  // URL as providers publish theirs (a certificate chain on each key, and
+  // an encryption key beside), which docs/security.md's example strips.
+  const ISSUER = "https://shop.eu.auth0.example/";
+  const { privateKey, publicKey } = generateKeyPairSync("ec", { namedCurve: "P-256" });
+  const providerKey = { kid: "pY3n-2026-04", alg: "ES256" };
+  const published = {
+    keys: [
+      { ...publicKey.export({ format: "jwk" }), ...providerKey, use: "sig", x5t: "q0bYtkqZ2VGGrmjZxY0_2Qlg5OA", x5c: ["MII" + "Q".repeat(1500)] },
+      { ...generateKeyPairSync("rsa", { modulusLength: 2048 }).publicKey.export({ format: "jwk" }), kid: "enc-1", use: "enc", x5c: ["MII" + "Q".repeat(1500)] },
+    ],
+  };
+  const jwksServer = createServer((req, res) => res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(published)));
+  await new Promise((ok) => jwksServer.listen(0, "127.0.0.1", ok));
+  const jwksText = (await run(example["strip-jwks"], dir, { JWKS_URL: `http://127.0.0.1:${jwksServer.address().port}/.well-known/jwks.json` })).trim();
+  jwksServer.close();
+  const stripped = JSON.parse(jwksText);
+  assert.ok(jwksText.length < JSON.stringify(published).length / 2 && jwksText.length <= 5000, `the stripped JWKS is ${jwksText.length} bytes: ${jwksText}`);
+  assert.deepEqual(stripped.keys.map((k) => [k.kid, k.alg, k.x5c]), [[providerKey.kid, "ES256", undefined]], "only the signing key, without its certificate chain");
+
   const origin = await startOrigin({ forwardKeys: secrets.FORWARD_KEYS, env: { BUYER_TOKEN_KEYS: secrets.BUYER_TOKEN_KEYS } });
-  const vars = gateVars({ originUrl: origin.url, overrides: { ...secrets, PAYMENT_KEYS: rotated } });
+  const vars = gateVars({ originUrl: origin.url, overrides: { ...secrets, PAYMENT_KEYS: rotated, BUYER_TOKEN_JWKS: jwksText, BUYER_TOKEN_ISSUER: ISSUER } });
   const gate = await startGate({ vars });
   try {
     const product = "readme-tee";
@@ -134,18 +169,34 @@ test("the README's examples mint tokens, reserve, confirm and read the order bac
       assert.equal(replayed.trim().split(" ")[0], "200", `a confirm sent again: ${replayed}`);
     }
 
+    // A token of the identity provider, made by jose as the README makes
+    // it: reserved with, and confirmed as the buyer id docs/security.md's
+    // example computes from the user id.
+    const idpToken = (await run(example["idp-token"], dir, {
+      PROVIDER_PRIVATE_JWK: JSON.stringify({ ...privateKey.export({ format: "jwk" }), ...providerKey }),
+      BUYER_TOKEN_ISSUER: ISSUER,
+    })).trim();
+    const idpClaims = JSON.parse(Buffer.from(idpToken.split(".")[1], "base64url").toString());
+    assert.match(idpClaims.sub, /^auth0\|/, `a provider's subject: ${JSON.stringify(idpClaims)}`);
+    const idpHeld = JSON.parse(await run(example.reserve, dir, { ...env, TOKEN: idpToken }));
+    assert.equal(idpHeld.state, "held", `the provider's token's reserve: ${JSON.stringify(idpHeld)}`);
+    const idpBuyer = (await run(example["buyer-id"], dir, { USER_ID: idpClaims.sub, BUYER_TOKEN_ISSUER: ISSUER, ID_SECRET: secrets.ID_SECRET })).trim();
+    assert.match(idpBuyer, /^h\.[\w-]{43}$/, "a derived buyer id");
+    const idpConfirm = await run(example.confirm, dir, { ...env, RESERVATION_ID: idpHeld.reservation_id, BUYER_ID: idpBuyer });
+    assert.equal(idpConfirm.trim().split(" ")[0], "200", `the confirm as ${idpBuyer}: ${idpConfirm}`);
+
     // The orders reach the origin through the outbox; the README's read
-    // shows both, once each.
+    // shows all three, once each.
     const deadline = Date.now() + 30_000;
     let page;
     for (;;) {
       page = JSON.parse(await run(example.orders, dir, env));
       assert.ok(Array.isArray(page.orders), `the orders example read no page: ${JSON.stringify(page)}`);
-      if (page.orders.length >= 2 || Date.now() > deadline) break;
+      if (page.orders.length >= 3 || Date.now() > deadline) break;
       await sleep(200);
     }
     const orders = page.orders.map((o) => [o.buyer_id, o.status, o.quantity, o.payment_ref]).sort();
-    assert.deepEqual(orders, [["alice", "accepted", 1, "pay-4711"], ["bob", "accepted", 1, "pay-4711"]], JSON.stringify(page));
+    assert.deepEqual(orders, [["alice", "accepted", 1, "pay-4711"], ["bob", "accepted", 1, "pay-4711"], [idpBuyer, "accepted", 1, "pay-4711"]].sort(), JSON.stringify(page));
     assert.equal(page.next_after, null);
   } finally {
     await gate.stop();

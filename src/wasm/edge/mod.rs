@@ -2,7 +2,8 @@
 //! the steps of `edge::pipeline` (and answers the pages, the OpenAPI
 //! document and the assets `edge::routes` names), and decides nothing:
 //! `request` reads a request's head and body, `objects` calls the
-//! product objects, the catalog and the rate limiters, `admin` serves the
+//! product objects, the catalog and the rate limiters, `verify` has
+//! WebCrypto verify a provider's token signature, `admin` serves the
 //! product list, the drift and the orders, and `respond` builds the
 //! answers that are not JSON replies.
 
@@ -10,6 +11,7 @@ mod admin;
 mod objects;
 pub mod request;
 mod respond;
+mod verify;
 
 use std::cell::RefCell;
 
@@ -19,7 +21,7 @@ use worker::{event, Context, Env};
 use crate::edge::cache::EdgeCache;
 use crate::edge::catalog::CatalogView;
 use crate::edge::page::Lang;
-use crate::edge::pipeline::{Head, Input, Pipeline, Step, Verify};
+use crate::edge::pipeline::{Head, Input, Pipeline, Step};
 use crate::edge::routes::{self, Route};
 use crate::http::problem::Problem;
 use crate::wasm::edge::request::{Field, Parts};
@@ -80,14 +82,6 @@ fn head(parts: &Parts) -> Head<'_> {
     }
 }
 
-/// A provider's token signature, verified by the runtime. No provider is
-/// trusted yet (`settings`), so no step asks this; the identity provider's
-/// issue verifies it with WebCrypto here, and until then a signature not
-/// verified is one that does not match, as `auth::buyer` says it.
-fn verify_token(_verify: &Verify<'_>) -> bool {
-    false
-}
-
 async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Response> {
     let parts = Parts::read(&req);
     let path_and_query = routes::path_and_query(&parts.url);
@@ -123,7 +117,7 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
                 Some(req) => Input::Body(request::read_body(req, &parts).await?),
                 None => Input::Body(Err(Problem::internal())),
             },
-            Step::VerifyToken(verify) => Input::Verified(verify_token(&verify)),
+            Step::VerifyToken(v) => Input::Verified(verify::verify(&v).await),
             Step::Listed { product_id } => Input::Listed(objects::listed(env, &product_id).await),
             Step::Register { product_id } => {
                 let (registration, answer) = objects::register(env, &product_id).await?;
