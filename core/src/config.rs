@@ -137,7 +137,7 @@ pub mod limits {
     const _: () = assert!(ATTEMPT_WINDOW_MS_MIN <= ATTEMPT_WINDOW_MS_MAX);
 }
 
-/// The admin-set mode of a sale. The phase a buyer sees also depends on the
+/// The admin-set mode of a sale. The state a buyer sees also depends on the
 /// sale window; see [`SaleState`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -384,8 +384,8 @@ impl Config {
         Ok(())
     }
 
-    /// The phase a buyer sees at `now_ms` under `mode`.
-    pub fn phase(&self, mode: Mode, now_ms: u64) -> SaleState {
+    /// The sale's state a buyer sees at `now_ms` under `mode`.
+    pub fn sale_state(&self, mode: Mode, now_ms: u64) -> SaleState {
         // A sale past its window is closed whatever its mode, and a pause
         // outranks the schedule, so that an admin's pause is what buyers see.
         if mode == Mode::Closed || self.closes_at_ms.is_some_and(|c| now_ms >= c) {

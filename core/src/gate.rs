@@ -9,7 +9,7 @@
 //!
 //! Its methods follow quinn-proto's taxonomy:
 //! - getters, which change nothing: `config`, `mode`, `stock_total`,
-//!   `phase`, `reservation`, `admission`, `uptake`, `buyers_filter`, `levels`,
+//!   `sale_state`, `reservation`, `admission`, `uptake`, `buyers_filter`, `levels`,
 //!   `stats`, `rows`;
 //! - inputs, `handle_*`: a buyer's `handle_reserve`, the payment backend's
 //!   `handle_confirm`, a buyer's `handle_cancel`, the edge's
@@ -487,8 +487,8 @@ impl Gate {
         self.stock_total
     }
 
-    pub fn phase(&self, now_ms: u64) -> SaleState {
-        self.config.phase(self.mode, now_ms)
+    pub fn sale_state(&self, now_ms: u64) -> SaleState {
+        self.config.sale_state(self.mode, now_ms)
     }
 
     // ----- buyer operations -------------------------------------------------
@@ -660,7 +660,7 @@ impl Gate {
     /// Whether the sale takes a reserve now: its state, and for a waiting
     /// room the buyer's ticket. The refusal, if not.
     fn refuse_by_sale(&self, now_ms: u64, ticket: Option<Ticket>) -> Option<ReserveOutcome> {
-        match self.phase(now_ms) {
+        match self.sale_state(now_ms) {
             SaleState::Open => {}
             SaleState::Scheduled => {
                 return Some(ReserveOutcome::NotOpen {
@@ -1466,12 +1466,12 @@ impl Gate {
 
     // ----- observation ------------------------------------------------------
 
-    /// The sale's phase and unit levels at `now_ms`.
+    /// The sale's state and unit levels at `now_ms`.
     /// At home, the product's, summed over its shards as they last reported.
     pub fn levels(&self, now_ms: u64) -> Levels {
         let l = self.product_levels();
         Levels {
-            phase: self.phase(now_ms),
+            sale_state: self.sale_state(now_ms),
             stock_total: self.product_total(),
             available: l.available,
             held: l.held,
@@ -1483,7 +1483,7 @@ impl Gate {
         let l = self.product_levels();
         let escrow = self.escrow_stats();
         Stats {
-            phase: self.phase(now_ms),
+            sale_state: self.sale_state(now_ms),
             stock_total: self.product_total(),
             available: l.available,
             held: l.held,

@@ -112,7 +112,7 @@ impl Counters {
 /// updates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Levels {
-    pub phase: SaleState,
+    pub sale_state: SaleState,
     pub stock_total: u64,
     pub available: u64,
     pub held: u64,
@@ -121,7 +121,7 @@ pub struct Levels {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stats {
-    pub phase: SaleState,
+    pub sale_state: SaleState,
     pub stock_total: u64,
     pub available: u64,
     pub held: u64,

@@ -1128,7 +1128,7 @@ impl Sim {
             "live holds, tombstones"
         );
         assert_eq!(s.available + s.held + s.sold, s.stock_total, "I1 in stats");
-        assert_eq!(s.phase, model_phase(m, self.now), "phase");
+        assert_eq!(s.sale_state, model_sale_state(m, self.now), "sale state");
         assert_eq!(self.gate.poll_timeout(), m.next_deadline(), "poll_timeout");
         for (op, code, n) in s.counters.iter() {
             let want = self.tally.get(&(op, code)).copied().unwrap_or(0);
@@ -1205,8 +1205,8 @@ impl Sim {
     }
 }
 
-/// The phase, computed from the model's own reading of the rules.
-fn model_phase(m: &Model, now: u64) -> SaleState {
+/// The sale's state, computed from the model's own reading of the rules.
+fn model_sale_state(m: &Model, now: u64) -> SaleState {
     let c = &m.config;
     if m.mode == Mode::Closed || c.closes_at_ms.is_some_and(|t| now >= t) {
         SaleState::Closed

@@ -1039,10 +1039,9 @@ fn progress_line(ctx: &Ctx) -> String {
     )
 }
 
-/// The run, phase by phase, filling `m` in as it goes. An error stops it
-/// where it was; what was measured stays in `m`.
-/// The run, phase by phase: set up, the crowd, what is left at the end,
-/// the settling, and the orders the origin stored.
+/// The run, phase by phase (set up, the crowd, what is left at the end, the
+/// settling, the orders the origin stored), filling `m` in as it goes. An
+/// error stops it where it was; what was measured stays in `m`.
 async fn phases(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<()> {
     prepare(ctx, m).await?;
     crowd(ctx, m).await?;

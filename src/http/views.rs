@@ -89,7 +89,7 @@ pub fn snapshot(
         product: product(g, product_id, now_ms),
         available: s.available,
         held: s.held,
-        state: sale_state(s.phase),
+        state: sale_state(s.sale_state),
         queue,
         sold_out,
         shards: g.shards(),
@@ -181,7 +181,7 @@ pub fn product(g: &Gate, product_id: &str, now_ms: u64) -> Value {
         };
     to_value(ProductView {
         product_id,
-        state: s.phase.as_str(),
+        state: s.sale_state.as_str(),
         stock_total: s.stock_total,
         available: s.available,
         held: s.held,
@@ -336,7 +336,7 @@ pub fn stats(product_id: &str, s: &Stats, admit_per_s: u32, delivery: &ShellStat
     };
     GateStats {
         product_id: product_id.to_string(),
-        state: sale_state(s.phase),
+        state: sale_state(s.sale_state),
         stock_total: s.stock_total,
         available: s.available,
         held: s.held,

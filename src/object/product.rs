@@ -826,7 +826,7 @@ impl ProductObject {
         }
         let l = self.product.as_ref()?.gate.levels(now_ms);
         Some(LiveState {
-            state: l.phase.as_str(),
+            state: l.sale_state.as_str(),
             stock_total: l.stock_total,
             available: l.available,
             held: l.held,
