@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bloom::Bloom;
 use crate::config::limits;
-use crate::lottery::{Lottery, Record};
+use crate::lottery::{AdmissionRecord, Lottery};
 
 /// A ticket as the edge verified it: when its buyer arrived, and its
 /// tiebreak.
@@ -246,7 +246,7 @@ pub struct Admission {
     pub lottery: Lottery,
     /// The watermark over time, for anyone to check the order by.
     #[serde(default)]
-    pub record: Record,
+    pub record: AdmissionRecord,
 }
 
 impl Admission {

@@ -97,7 +97,7 @@ pub mod limits {
     /// that the first verdicts, from a handful of tickets, are not
     /// optimistic by chance.
     pub const UPTAKE_PRIOR_TICKETS: u64 = 20;
-    /// The admission record (`lottery::Record`): at most this many points
+    /// The admission record (`lottery::AdmissionRecord`): at most this many points
     /// of the watermark over time, at most one per `RECORD_STEP_MS` at
     /// first; when full, every other point goes and the step doubles. A
     /// point is about 100 bytes of JSON, so the record stays under 13 KB

@@ -1117,7 +1117,7 @@ impl Gate {
         }
     }
 
-    /// Notes the watermark in the admission record (`lottery::Record`).
+    /// Notes the watermark in the admission record (`lottery::AdmissionRecord`).
     fn note_record(&mut self, now_ms: u64) {
         if self.config.admit_per_s == 0 {
             return;

@@ -3,7 +3,7 @@
 //! stock and the queue stood at its end (`Mark`).
 //!
 //! Old buckets coarsen as the admission record's points do
-//! (`lottery::Record`): at most `limits::HISTORY_BUCKETS_MAX` buckets, each
+//! (`lottery::AdmissionRecord`): at most `limits::HISTORY_BUCKETS_MAX` buckets, each
 //! `step_ms` wide and aligned to it, the step doubling (and each pair of
 //! buckets merging into one) whenever the bound is reached. So a product's
 //! history stays under a stated size however long it lives, and a short

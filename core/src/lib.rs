@@ -52,7 +52,7 @@ pub use config::{limits, Config, ConfigError, ConfigPatch, Mode, SaleState};
 pub use face::{Face, FaceError, Localized, Price};
 pub use gate::{Gate, ReservationView};
 pub use history::{Bucket, History, HistoryFault, Mark};
-pub use lottery::{Lottery, LotteryKey, Point, Published, Record, RecordFault};
+pub use lottery::{AdmissionRecord, AdmissionRecordFault, Lottery, LotteryKey, Point, Published};
 pub use mix::splitmix64;
 pub use odds::{odds, Odds, Uptake, Verdict};
 pub use outbox::{backoff_ms, OutboxEntry, OutboxEvent};

@@ -9,7 +9,7 @@
 //!   (`flashgate_wire::lottery`), so anyone holding the key can recompute
 //!   the pre-queue's order, and nobody, the gate included, could choose it
 //!   once the commitment was out.
-//! - The record ([`Record`]) is the watermark's position over time: a point
+//! - The record ([`AdmissionRecord`]) is the watermark's position over time: a point
 //!   whenever it moved, at most one per `step_ms`, at most
 //!   `limits::RECORD_POINTS_MAX` points. When it is full every other point
 //!   is dropped and the step doubles, so it stays small and still bounds
@@ -122,14 +122,14 @@ pub struct Point {
 /// The watermark over time, coarse and bounded: at most
 /// `limits::RECORD_POINTS_MAX` points, one per `step_ms` at most.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Record {
+pub struct AdmissionRecord {
     pub step_ms: u64,
     pub points: Vec<Point>,
 }
 
-impl Default for Record {
-    fn default() -> Record {
-        Record {
+impl Default for AdmissionRecord {
+    fn default() -> AdmissionRecord {
+        AdmissionRecord {
             step_ms: limits::RECORD_STEP_MS,
             points: Vec::new(),
         }
@@ -138,7 +138,7 @@ impl Default for Record {
 
 /// Why a record cannot be the one a gate kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RecordFault {
+pub enum AdmissionRecordFault {
     /// Past its bound, or a step that is not the base step doubled.
     Shape,
     /// A point's time does not come after the one before it.
@@ -148,7 +148,7 @@ pub enum RecordFault {
     WentBack { index: usize },
 }
 
-impl Record {
+impl AdmissionRecord {
     /// Notes the watermark at `now_ms`. Returns whether the record changed
     /// (so that it is stored).
     ///
@@ -187,19 +187,19 @@ impl Record {
 
     /// Checks what every record the gate keeps satisfies. A record read
     /// from outside is checked with this too (`flashgate-load --audit`).
-    pub fn check(&self) -> Result<(), RecordFault> {
+    pub fn check(&self) -> Result<(), AdmissionRecordFault> {
         let doubled = self.step_ms >= limits::RECORD_STEP_MS
             && (self.step_ms / limits::RECORD_STEP_MS).is_power_of_two()
             && self.step_ms.is_multiple_of(limits::RECORD_STEP_MS);
         if self.points.len() > limits::RECORD_POINTS_MAX || !doubled {
-            return Err(RecordFault::Shape);
+            return Err(AdmissionRecordFault::Shape);
         }
         for (index, w) in self.points.windows(2).enumerate() {
             if w[1].at_ms <= w[0].at_ms {
-                return Err(RecordFault::TimeOrder { index: index + 1 });
+                return Err(AdmissionRecordFault::TimeOrder { index: index + 1 });
             }
             if w[1].below < w[0].below {
-                return Err(RecordFault::WentBack { index: index + 1 });
+                return Err(AdmissionRecordFault::WentBack { index: index + 1 });
             }
         }
         Ok(())
@@ -276,7 +276,7 @@ mod tests {
 
     #[test]
     fn the_record_stays_bounded_monotone_and_a_true_bound() {
-        let mut r = Record::default();
+        let mut r = AdmissionRecord::default();
         assert!(
             !r.note(0, QueueKey::MIN),
             "nobody admitted: nothing to note"
@@ -297,7 +297,7 @@ mod tests {
             assert!(w <= r.at_most(at, now), "{at}");
         }
         // A point held within a step, or one that does not move, is not kept.
-        let mut r = Record::default();
+        let mut r = AdmissionRecord::default();
         assert!(r.note(1_000, key(5)));
         assert!(!r.note(1_001, key(6)));
         assert!(!r.note(9_000, key(5)));
@@ -316,7 +316,7 @@ mod tests {
 
     #[test]
     fn a_reordered_or_misshapen_record_fails_its_check() {
-        let mut r = Record::default();
+        let mut r = AdmissionRecord::default();
         for i in 1..10 {
             r.note(i * 2_000, key(i));
         }
@@ -326,9 +326,12 @@ mod tests {
         assert!(swapped.check().is_err());
         let mut back = r.clone();
         back.points[5].below = key(1);
-        assert_eq!(back.check(), Err(RecordFault::WentBack { index: 5 }));
+        assert_eq!(
+            back.check(),
+            Err(AdmissionRecordFault::WentBack { index: 5 })
+        );
         let mut odd = r.clone();
         odd.step_ms = limits::RECORD_STEP_MS * 3;
-        assert_eq!(odd.check(), Err(RecordFault::Shape));
+        assert_eq!(odd.check(), Err(AdmissionRecordFault::Shape));
     }
 }

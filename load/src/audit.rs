@@ -89,7 +89,7 @@ pub struct Point {
 
 /// The record as `GET /api/products/{id}/queue/record` answers it.
 #[derive(Clone, Debug, Deserialize)]
-pub struct Record {
+pub struct AdmissionRecord {
     pub opens_at_ms: Option<u64>,
     pub points: Vec<Point>,
     pub now: Point,
@@ -135,7 +135,7 @@ pub struct Sale {
     pub commitment: Option<String>,
     /// As the product read said after it.
     pub key: Option<String>,
-    pub record: Record,
+    pub record: AdmissionRecord,
     pub tickets: Vec<Seen>,
 }
 
@@ -160,7 +160,7 @@ impl AuditReport {
 }
 
 /// The record's lower bound of the watermark at `at_ms`.
-fn at_least(r: &Record, at_ms: u64) -> Option<Place> {
+fn at_least(r: &AdmissionRecord, at_ms: u64) -> Option<Place> {
     r.points
         .iter()
         .rev()
@@ -169,7 +169,7 @@ fn at_least(r: &Record, at_ms: u64) -> Option<Place> {
 }
 
 /// The record's upper bound of the watermark at `at_ms`.
-fn at_most(r: &Record, at_ms: u64) -> Place {
+fn at_most(r: &AdmissionRecord, at_ms: u64) -> Place {
     r.points
         .iter()
         .find(|p| p.at_ms >= at_ms)
@@ -334,7 +334,7 @@ mod tests {
             product: "p".into(),
             commitment: Some(lottery::commitment(&KEY)),
             key: Some(hex(&KEY)),
-            record: Record {
+            record: AdmissionRecord {
                 opens_at_ms: Some(OPEN),
                 now: Point {
                     at_ms: OPEN + 9_000,

@@ -1329,7 +1329,7 @@ async fn audit_sale(ctx: &Ctx, m: &Measured) -> Result<audit::AuditReport> {
         Patience::Run,
     )
     .await?;
-    let record: audit::Record = read(
+    let record: audit::AdmissionRecord = read(
         ctx,
         "queue record",
         || {

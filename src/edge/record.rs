@@ -128,7 +128,7 @@ pub fn body(
 /// infinite queue at `place`: the points that do not pass it, and the
 /// watermark now if it does not pass it either, or else the last of those
 /// points (the watermark before the first point, nobody admitted, if none).
-/// The points' watermarks rise strictly (`Record::note`), so those that do
+/// The points' watermarks rise strictly (`AdmissionRecord::note`), so those that do
 /// not pass the place are the first ones.
 fn shown_to(points: &[Point], below: QueueKey, place: QueueKey) -> (&[Point], QueueKey) {
     if below <= place {

@@ -9,8 +9,8 @@
 //! in one turn of the event loop with nothing awaited in between.
 
 use flashgate_core::{
-    Admission, Change, Config, Face, HoldState, ItemKey, Lottery, LotteryKey, MetaRow, Mode,
-    OutboxEntry, OutboxEvent, Pow, Record, ReservationId, ReservationRow, Row,
+    Admission, AdmissionRecord, Change, Config, Face, HoldState, ItemKey, Lottery, LotteryKey,
+    MetaRow, Mode, OutboxEntry, OutboxEvent, Pow, ReservationId, ReservationRow, Row,
 };
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -583,7 +583,7 @@ impl AdmissionSql {
             advancing: self.advancing != 0,
             floor,
             lottery: Lottery::default(),
-            record: Record::default(),
+            record: AdmissionRecord::default(),
         })
     }
 }
