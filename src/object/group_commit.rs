@@ -45,10 +45,10 @@ pub struct Batcher {
 
 impl Batcher {
     pub fn enqueue(&mut self, cmd: Command) -> CommandId {
-        let ticket = CommandId(self.next);
+        let id = CommandId(self.next);
         self.next += 1;
-        self.waiting.push_back((ticket, cmd));
-        ticket
+        self.waiting.push_back((id, cmd));
+        id
     }
 
     /// The oldest waiting commands, at most a batch of them.
@@ -57,21 +57,21 @@ impl Batcher {
         self.waiting.drain(..n).unzip()
     }
 
-    /// Files the batch's outcome under each of its tickets.
-    pub fn answer(&mut self, tickets: Vec<CommandId>, outcome: Result<Vec<Reply>, StorageError>) {
+    /// Files the batch's outcome under each of its ids.
+    pub fn answer(&mut self, ids: Vec<CommandId>, outcome: Result<Vec<Reply>, StorageError>) {
         let answers: Vec<Answer> = match outcome {
             Ok(replies) => {
-                assert_eq!(replies.len(), tickets.len(), "one reply per command");
+                assert_eq!(replies.len(), ids.len(), "one reply per command");
                 replies.into_iter().map(Answer::Reply).collect()
             }
-            Err(e) => tickets.iter().map(|_| Answer::Failed(e.clone())).collect(),
+            Err(e) => ids.iter().map(|_| Answer::Failed(e.clone())).collect(),
         };
-        self.answers.extend(tickets.into_iter().zip(answers));
+        self.answers.extend(ids.into_iter().zip(answers));
     }
 
-    /// The answer for `ticket`, once its batch ran. Taking it removes it.
-    pub fn take_answer(&mut self, ticket: CommandId) -> Option<Answer> {
-        self.answers.remove(&ticket)
+    /// The answer for `id`, once its batch ran. Taking it removes it.
+    pub fn take_answer(&mut self, id: CommandId) -> Option<Answer> {
+        self.answers.remove(&id)
     }
 
     pub fn waiting(&self) -> usize {
@@ -92,21 +92,21 @@ mod tests {
     #[test]
     fn each_request_takes_its_own_answer_once() {
         let mut b = Batcher::default();
-        let tickets: Vec<CommandId> = (0..3).map(|i| b.enqueue(read(i))).collect();
+        let ids: Vec<CommandId> = (0..3).map(|i| b.enqueue(read(i))).collect();
         let (batch, cmds) = b.take_batch();
-        assert_eq!(batch, tickets);
+        assert_eq!(batch, ids);
         assert_eq!(cmds, (0..3).map(read).collect::<Vec<_>>());
         let replies = (0..3)
             .map(|i| Reply::ok(200, serde_json::json!(i)))
             .collect();
         b.answer(batch, Ok(replies));
         assert_eq!(
-            b.take_answer(tickets[1]),
+            b.take_answer(ids[1]),
             Some(Answer::Reply(Reply::ok(200, serde_json::json!(1))))
         );
-        assert_eq!(b.take_answer(tickets[1]), None, "taken twice");
-        assert!(b.take_answer(tickets[0]).is_some());
-        assert!(b.take_answer(tickets[2]).is_some());
+        assert_eq!(b.take_answer(ids[1]), None, "taken twice");
+        assert!(b.take_answer(ids[0]).is_some());
+        assert!(b.take_answer(ids[2]).is_some());
     }
 
     #[test]
@@ -127,13 +127,13 @@ mod tests {
     #[test]
     fn a_batch_holds_at_most_its_limit_in_arrival_order() {
         let mut b = Batcher::default();
-        let tickets: Vec<CommandId> = (0..COMMANDS_PER_BATCH_MAX as u64 + 5)
+        let ids: Vec<CommandId> = (0..COMMANDS_PER_BATCH_MAX as u64 + 5)
             .map(|i| b.enqueue(read(i)))
             .collect();
         let (first, _) = b.take_batch();
-        assert_eq!(first, tickets[..COMMANDS_PER_BATCH_MAX]);
+        assert_eq!(first, ids[..COMMANDS_PER_BATCH_MAX]);
         let (second, _) = b.take_batch();
-        assert_eq!(second, tickets[COMMANDS_PER_BATCH_MAX..]);
+        assert_eq!(second, ids[COMMANDS_PER_BATCH_MAX..]);
         assert_eq!(b.take_batch().0, vec![]);
     }
 }

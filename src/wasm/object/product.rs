@@ -85,8 +85,8 @@ impl ProductGate {
             let _ = JsFuture::from(changed(&self.changed)).await;
             return;
         }
-        let (tickets, cmds) = self.batcher.borrow_mut().take_batch();
-        if tickets.is_empty() {
+        let (ids, cmds) = self.batcher.borrow_mut().take_batch();
+        if ids.is_empty() {
             return;
         }
         self.waiting.set(true);
@@ -126,7 +126,7 @@ impl ProductGate {
             }
             replies
         });
-        self.batcher.borrow_mut().answer(tickets, outcome);
+        self.batcher.borrow_mut().answer(ids, outcome);
         self.after_change();
         // The decisions are committed; a failure to move the alarm must not
         // turn their answers into errors. The next batch or alarm re-arms.
@@ -882,14 +882,14 @@ impl ProductGate {
         // share a batch, then take this command's answer; the first request
         // to wake runs the batch for all of them.
         // wasm-bindgen runs this future to completion (JS cannot cancel
-        // it), so every ticket taken here is also claimed below.
-        let ticket = self.batcher.borrow_mut().enqueue(cmd);
+        // it), so every command id taken here is also claimed below.
+        let id = self.batcher.borrow_mut().enqueue(cmd);
         // One timer for all the commands of a tick, not one each: a timer
         // event per request was a visible share of a read's time. The
         // promise only resolves (its value is `undefined`).
         let _ = JsFuture::from(next_tick(&self.tick)).await;
         let answer = loop {
-            if let Some(answer) = self.batcher.borrow_mut().take_answer(ticket) {
+            if let Some(answer) = self.batcher.borrow_mut().take_answer(id) {
                 break answer;
             }
             self.run_batch().await;
