@@ -231,7 +231,7 @@ pub struct EdgeCache {
     in_flight: HashMap<String, Arrivals>,
     /// Snapshot fetches in flight: product id -> when it started. One per
     /// product per isolate at a time; the others wait for it (`lookup`).
-    syncing: HashMap<String, u64>,
+    refreshing: HashMap<String, u64>,
     /// Per product, the stock shards this isolate sent a reserve to, a bit
     /// each: such a shard exists (its first reserve made it) even before a
     /// snapshot says so.
@@ -246,7 +246,7 @@ pub enum Lookup {
     /// Another request's fetch, started at `started_ms`, is in flight:
     /// wait until it lands (or `SNAPSHOT_RECHECK_MS`), then ask `waited`.
     Wait { started_ms: u64 },
-    /// Fetch one (`begin_sync`, then `end_sync`).
+    /// Fetch one (`begin_refresh`, then `end_refresh`).
     Fetch,
 }
 
@@ -267,12 +267,12 @@ impl EdgeCache {
     pub fn lookup(&self, product_id: &str, now_ms: u64) -> Lookup {
         if let Some(e) = self.fresh(product_id, now_ms) {
             let left = SNAPSHOT_FRESH_MS.saturating_sub(Self::age(e, now_ms));
-            if left <= REFRESH_AHEAD_MS && !self.syncing.contains_key(product_id) {
+            if left <= REFRESH_AHEAD_MS && !self.refreshing.contains_key(product_id) {
                 return Lookup::Fetch;
             }
             return Lookup::Known(e.known.clone());
         }
-        match self.syncing.get(product_id) {
+        match self.refreshing.get(product_id) {
             Some(&started_ms) => Lookup::Wait { started_ms },
             None => Lookup::Fetch,
         }
@@ -287,7 +287,7 @@ impl EdgeCache {
         if let Some(e) = self.fresh(product_id, now_ms) {
             return Lookup::Known(e.known.clone());
         }
-        if self.syncing.get(product_id) != Some(&started_ms) {
+        if self.refreshing.get(product_id) != Some(&started_ms) {
             return Lookup::Fetch;
         }
         if now_ms.saturating_sub(started_ms) < REFRESH_WAIT_MAX_MS {
@@ -302,18 +302,18 @@ impl EdgeCache {
     /// Starts a fetch: marks it in flight and takes the tickets to report
     /// with it. A fetch whose request was dropped is forgotten once the
     /// map is full and it is older than any wait for it.
-    pub fn begin_sync(&mut self, product_id: &str, now_ms: u64) -> Arrivals {
-        if self.syncing.len() >= EDGE_PRODUCTS_MAX {
-            self.syncing
+    pub fn begin_refresh(&mut self, product_id: &str, now_ms: u64) -> Arrivals {
+        if self.refreshing.len() >= EDGE_PRODUCTS_MAX {
+            self.refreshing
                 .retain(|_, t| now_ms.saturating_sub(*t) < REFRESH_WAIT_MAX_MS);
         }
-        self.syncing.insert(product_id.to_string(), now_ms);
+        self.refreshing.insert(product_id.to_string(), now_ms);
         self.take_report(product_id)
     }
 
     /// Ends the fetch that started at `started_ms`: its snapshot, or, if it
     /// brought none, its report goes back to go with the next one.
-    pub fn end_sync(
+    pub fn end_refresh(
         &mut self,
         product_id: &str,
         started_ms: u64,
@@ -333,8 +333,8 @@ impl EdgeCache {
             ),
             None => self.return_report(product_id, report),
         }
-        if self.syncing.get(product_id) == Some(&started_ms) {
-            self.syncing.remove(product_id);
+        if self.refreshing.get(product_id) == Some(&started_ms) {
+            self.refreshing.remove(product_id);
         }
     }
 
@@ -918,14 +918,14 @@ mod tests {
         let mut c = EdgeCache::default();
         let t0 = OPEN;
         assert!(matches!(c.lookup("p", t0), Lookup::Fetch));
-        let report = c.begin_sync("p", t0);
+        let report = c.begin_refresh("p", t0);
         // A second request meanwhile waits for the first one's fetch.
         let Lookup::Wait { started_ms } = c.lookup("p", t0 + 1) else {
             panic!("a second fetch while one is in flight")
         };
         assert_eq!(started_ms, t0);
         assert!(matches!(c.waited("p", t0, t0 + 5), Lookup::Wait { .. }));
-        c.end_sync("p", t0, Some(Known::Unknown), report, t0 + 6);
+        c.end_refresh("p", t0, Some(Known::Unknown), report, t0 + 6);
         assert!(matches!(
             c.waited("p", t0, t0 + 7),
             Lookup::Known(Known::Unknown)
@@ -937,14 +937,14 @@ mod tests {
     fn one_request_refreshes_ahead_while_the_others_answer_from_the_snapshot() {
         let mut c = EdgeCache::default();
         let t0 = OPEN;
-        let r = c.begin_sync("p", t0);
-        c.end_sync("p", t0, Some(Known::Unknown), r, t0);
+        let r = c.begin_refresh("p", t0);
+        c.end_refresh("p", t0, Some(Known::Unknown), r, t0);
         let ahead = t0 + SNAPSHOT_FRESH_MS - REFRESH_AHEAD_MS;
         assert!(matches!(c.lookup("p", ahead - 1), Lookup::Known(_)));
         // The first request in the last stretch fetches; the others,
         // meanwhile, answer from the snapshot while it is fresh.
         assert!(matches!(c.lookup("p", ahead), Lookup::Fetch));
-        let r = c.begin_sync("p", ahead);
+        let r = c.begin_refresh("p", ahead);
         assert!(matches!(c.lookup("p", ahead + 1), Lookup::Known(_)));
         let end = t0 + SNAPSHOT_FRESH_MS;
         assert!(matches!(c.lookup("p", end - 1), Lookup::Known(_)));
@@ -952,7 +952,7 @@ mod tests {
         assert!(matches!(c.lookup("p", end), Lookup::Wait { .. }));
         // The new one is dated from when it was asked for, and is fetched
         // ahead in its turn.
-        c.end_sync("p", ahead, Some(Known::Unknown), r, end);
+        c.end_refresh("p", ahead, Some(Known::Unknown), r, end);
         assert!(c.fresh("p", ahead + SNAPSHOT_FRESH_MS - 1).is_some());
         assert!(matches!(c.lookup("p", end - 1), Lookup::Known(_)));
         assert!(matches!(c.lookup("p", end + 1), Lookup::Fetch));
@@ -962,11 +962,11 @@ mod tests {
     fn a_slow_fetch_sends_waiters_to_a_stale_snapshot_or_their_own_fetch() {
         let mut c = EdgeCache::default();
         let t0 = OPEN;
-        let r = c.begin_sync("p", t0);
-        c.end_sync("p", t0, Some(Known::Unknown), r, t0);
+        let r = c.begin_refresh("p", t0);
+        c.end_refresh("p", t0, Some(Known::Unknown), r, t0);
         let t1 = t0 + SNAPSHOT_FRESH_MS + 1;
         assert!(matches!(c.lookup("p", t1), Lookup::Fetch));
-        let r = c.begin_sync("p", t1);
+        let r = c.begin_refresh("p", t1);
         assert!(matches!(c.waited("p", t1, t1 + 10), Lookup::Wait { .. }));
         // Past the wait, a snapshot a few seconds old answers.
         let late = t1 + REFRESH_WAIT_MAX_MS;
@@ -976,7 +976,7 @@ mod tests {
         assert!(matches!(c.waited("p", t1, later), Lookup::Fetch));
         // A fetch that brought nothing gives its report back, and the
         // waiters fetch (the one they waited for is over).
-        c.end_sync("p", t1, None, r, late);
+        c.end_refresh("p", t1, None, r, late);
         assert!(matches!(
             c.waited("p", t1, late + 1),
             Lookup::Fetch | Lookup::Known(_)

@@ -150,15 +150,15 @@ pub async fn lookup(env: &Env, product_id: &str) -> Option<Known> {
             }
         }
     }
-    sync(env, product_id).await;
+    refresh(env, product_id).await;
     EDGE.with_borrow(|c| c.fresh(product_id, now_ms()).map(|e| e.known.clone()))
 }
 
 /// Fetches a snapshot, reporting the tickets this isolate issued since the
 /// last one. A report that does not arrive goes with the next fetch.
-async fn sync(env: &Env, product_id: &str) {
+async fn refresh(env: &Env, product_id: &str) {
     let started = now_ms();
-    let report = EDGE.with_borrow_mut(|c| c.begin_sync(product_id, started));
+    let report = EDGE.with_borrow_mut(|c| c.begin_refresh(product_id, started));
     let cmd = Command::Sync {
         product_id: product_id.to_string(),
         arrivals: report.clone(),
@@ -177,7 +177,7 @@ async fn sync(env: &Env, product_id: &str) {
             None
         }
     };
-    EDGE.with_borrow_mut(|c| c.end_sync(product_id, started, known, report, now_ms()));
+    EDGE.with_borrow_mut(|c| c.end_refresh(product_id, started, known, report, now_ms()));
     snapshot_landed(product_id);
 }
 
