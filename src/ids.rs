@@ -177,7 +177,7 @@ impl PowKey {
 pub struct TicketKey {
     mac: Hmac<Sha256>,
     /// The infinite queue's tickets' key (`crate::edge::ticket`).
-    shadow: Hmac<Sha256>,
+    infinite_queue: Hmac<Sha256>,
 }
 
 impl TicketKey {
@@ -189,20 +189,20 @@ impl TicketKey {
         };
         TicketKey {
             mac: derive(b"flashgate waiting-room tickets\n"),
-            shadow: derive(b"flashgate waiting-room tickets never admitted\n"),
+            infinite_queue: derive(b"flashgate waiting-room tickets never admitted\n"),
         }
     }
 
-    fn key(&self, shadow: bool) -> &Hmac<Sha256> {
-        if shadow {
-            &self.shadow
+    fn key(&self, infinite_queue: bool) -> &Hmac<Sha256> {
+        if infinite_queue {
+            &self.infinite_queue
         } else {
             &self.mac
         }
     }
 
-    pub(crate) fn tag(&self, shadow: bool, parts: &[&[u8]]) -> [u8; 32] {
-        let mut mac = self.key(shadow).clone();
+    pub(crate) fn tag(&self, infinite_queue: bool, parts: &[&[u8]]) -> [u8; 32] {
+        let mut mac = self.key(infinite_queue).clone();
         for part in parts {
             mac.update(&(part.len() as u64).to_be_bytes());
             mac.update(part);
@@ -211,8 +211,8 @@ impl TicketKey {
     }
 
     /// Whether `given` is the tag of `parts`, compared in constant time.
-    pub(crate) fn verify_tag(&self, shadow: bool, parts: &[&[u8]], given: &[u8]) -> bool {
-        let mut mac = self.key(shadow).clone();
+    pub(crate) fn verify_tag(&self, infinite_queue: bool, parts: &[&[u8]], given: &[u8]) -> bool {
+        let mut mac = self.key(infinite_queue).clone();
         for part in parts {
             mac.update(&(part.len() as u64).to_be_bytes());
             mac.update(part);

@@ -661,7 +661,7 @@ impl Sim {
                     let t = flashgate_core::Ticket {
                         arrived_ms: self.now.saturating_sub(self.rng.below(3_000)),
                         tiebreak: self.rng.next_u64() as u32,
-                        shadow: false,
+                        infinite_queue: false,
                     };
                     arrivals.add(&t, None);
                 }

@@ -244,7 +244,7 @@ impl Simulation for SqlSim {
                     let t = flashgate_core::Ticket {
                         arrived_ms: now.saturating_sub(rng.below(2_000)),
                         tiebreak: (i * 7919) as u32,
-                        shadow: false,
+                        infinite_queue: false,
                     };
                     arrivals.add(&t, gate.config().opens_at_ms);
                 }

@@ -40,8 +40,8 @@ pub struct Ticket {
     pub tiebreak: u32,
     /// A ticket of the infinite queue (`crate::pow`): issued to a join
     /// without a valid proof of work, never admitted, never counted.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub shadow: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not", alias = "shadow")]
+    pub infinite_queue: bool,
 }
 
 /// A ticket's place in the queue's total order. The derived order is the
@@ -99,8 +99,8 @@ pub struct Arrivals {
     /// counting them would let anyone raise the price for everyone.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub pow_refused: u64,
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub pow_shadowed: u64,
+    #[serde(default, skip_serializing_if = "is_zero", alias = "pow_shadowed")]
+    pub pow_infinite_queued: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -121,7 +121,7 @@ impl Arrivals {
 
     /// Nothing at all to report.
     pub fn is_nothing(&self) -> bool {
-        self.is_empty() && self.pow_refused == 0 && self.pow_shadowed == 0
+        self.is_empty() && self.pow_refused == 0 && self.pow_infinite_queued == 0
     }
 
     /// The tickets of the report: joins refused or sent to the infinite
@@ -159,7 +159,9 @@ impl Arrivals {
     pub fn merge(&mut self, more: &Arrivals) {
         self.prequeue += more.prequeue;
         self.pow_refused = self.pow_refused.saturating_add(more.pow_refused);
-        self.pow_shadowed = self.pow_shadowed.saturating_add(more.pow_shadowed);
+        self.pow_infinite_queued = self
+            .pow_infinite_queued
+            .saturating_add(more.pow_infinite_queued);
         for &(second, n) in &more.per_second {
             self.count(Some(second), n);
         }
@@ -464,12 +466,12 @@ mod tests {
         let early = Ticket {
             arrived_ms: OPEN - 4_000,
             tiebreak: 1 << 31,
-            shadow: false,
+            infinite_queue: false,
         };
         let late = Ticket {
             arrived_ms: OPEN + 10,
             tiebreak: 0,
-            shadow: false,
+            infinite_queue: false,
         };
         let mut arrivals = Arrivals::default();
         arrivals.add(&early, r.opens_at_ms);
@@ -501,7 +503,7 @@ mod tests {
                 &Ticket {
                     arrived_ms: OPEN + i,
                     tiebreak: 7,
-                    shadow: false,
+                    infinite_queue: false,
                 },
                 r.opens_at_ms,
             );
@@ -538,6 +540,20 @@ mod tests {
         }
     }
 
+    /// The infinite queue's flag and count were called `shadow`: a ticket
+    /// or a report written under the old names reads the same.
+    #[test]
+    fn the_old_names_of_the_infinite_queue_still_read() {
+        let t: Ticket =
+            serde_json::from_str(r#"{"arrived_ms":1,"tiebreak":2,"shadow":true}"#).unwrap();
+        assert!(t.infinite_queue);
+        let a: Arrivals =
+            serde_json::from_str(r#"{"prequeue":0,"per_second":[],"pow_shadowed":3}"#).unwrap();
+        assert_eq!(a.pow_infinite_queued, 3);
+        let back = serde_json::to_string(&t).unwrap();
+        assert!(back.contains("\"infinite_queue\":true"), "{back}");
+    }
+
     #[test]
     fn no_credit_is_banked_while_the_queue_is_empty() {
         let mut a = Admission::default();
@@ -550,7 +566,7 @@ mod tests {
                 &Ticket {
                     arrived_ms: OPEN + 3_600_000,
                     tiebreak: i * 1_000_000,
-                    shadow: false,
+                    infinite_queue: false,
                 },
                 r.opens_at_ms,
             );
@@ -570,7 +586,7 @@ mod tests {
                 &Ticket {
                     arrived_ms: OPEN + i,
                     tiebreak: 0,
-                    shadow: false,
+                    infinite_queue: false,
                 },
                 r.opens_at_ms,
             );
@@ -586,7 +602,7 @@ mod tests {
                 Ticket {
                     arrived_ms: OPEN + 500,
                     tiebreak: 0,
-                    shadow: false
+                    infinite_queue: false
                 }
                 .key(r.opens_at_ms),
                 OPEN + 61_000,

@@ -681,7 +681,7 @@ impl Gate {
             let key = ticket.key(rules.opens_at_ms);
             // A ticket of the infinite queue is never admitted: it answers
             // as a ticket still waiting would.
-            if ticket.shadow || !self.admission.watermark(now_ms, rules).admits(key) {
+            if ticket.infinite_queue || !self.admission.watermark(now_ms, rules).admits(key) {
                 return Some(ReserveOutcome::NotAdmitted {
                     position: self.admission.position(key, now_ms, rules).max(1),
                 });
@@ -1055,7 +1055,7 @@ impl Gate {
     pub fn handle_arrivals(&mut self, now_ms: u64, arrivals: &Arrivals) {
         self.settle(now_ms);
         self.counters.pow_refused += arrivals.pow_refused;
-        self.counters.pow_shadowed += arrivals.pow_shadowed;
+        self.counters.pow_infinite_queued += arrivals.pow_infinite_queued;
         let mut arrivals = arrivals.clone();
         if !arrivals.named.is_empty() {
             let joined = self

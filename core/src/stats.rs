@@ -19,7 +19,7 @@ pub struct Counters {
     /// Joins the edges refused for want of a valid proof of work, and
     /// those they sent to the infinite queue (`pow.rs`).
     pub pow_refused: u64,
-    pub pow_shadowed: u64,
+    pub pow_infinite_queued: u64,
 }
 
 impl Counters {
@@ -75,7 +75,7 @@ impl Counters {
             holds_expired,
             rejoins_uncounted,
             pow_refused,
-            pow_shadowed,
+            pow_infinite_queued,
         } = self;
         for (a, &b) in reserve.iter_mut().zip(&other.reserve) {
             f(a, b);
@@ -89,7 +89,7 @@ impl Counters {
         f(holds_expired, other.holds_expired);
         f(rejoins_uncounted, other.rejoins_uncounted);
         f(pow_refused, other.pow_refused);
-        f(pow_shadowed, other.pow_shadowed);
+        f(pow_infinite_queued, other.pow_infinite_queued);
     }
 
     /// `(operation, outcome code, count)` for every outcome, zeros included.

@@ -68,7 +68,7 @@ proptest! {
         let tickets: Vec<Ticket> = c
             .tickets
             .iter()
-            .map(|&(off, tiebreak)| Ticket { arrived_ms: at(off), tiebreak, shadow: false })
+            .map(|&(off, tiebreak)| Ticket { arrived_ms: at(off), tiebreak, infinite_queue: false })
             .collect();
         let mut a = Admission::default();
         let start = at(-(c.prequeue_ms as i64)) - 1;
@@ -141,7 +141,7 @@ proptest! {
         let tickets: Vec<Ticket> = c
             .tickets
             .iter()
-            .map(|&(off, tiebreak)| Ticket { arrived_ms: at(off), tiebreak, shadow: false })
+            .map(|&(off, tiebreak)| Ticket { arrived_ms: at(off), tiebreak, infinite_queue: false })
             .collect();
         for t in &tickets {
             arrivals.add(t, rules.opens_at_ms);
@@ -177,7 +177,7 @@ mod rejoins {
         Ticket {
             arrived_ms,
             tiebreak,
-            shadow: false,
+            infinite_queue: false,
         }
     }
 
@@ -314,7 +314,7 @@ mod lottery {
             &Ticket {
                 arrived_ms: in_prequeue,
                 tiebreak: 7,
-                shadow: false,
+                infinite_queue: false,
             },
             Some(opens + 1_000),
         );
@@ -345,7 +345,7 @@ mod pow_rate {
         Ticket {
             arrived_ms,
             tiebreak,
-            shadow: false,
+            infinite_queue: false,
         }
     }
 
@@ -372,7 +372,7 @@ mod pow_rate {
         // A flood of free joins, and one buyer rejoining 200 times.
         let mut free = Arrivals {
             pow_refused: 10_000,
-            pow_shadowed: 10_000,
+            pow_infinite_queued: 10_000,
             ..Arrivals::default()
         };
         for _ in 0..200 {
@@ -387,7 +387,10 @@ mod pow_rate {
         assert_eq!(g.pow_level(NOW), Some(1));
         let stats = g.stats(NOW);
         assert_eq!(
-            (stats.counters.pow_refused, stats.counters.pow_shadowed),
+            (
+                stats.counters.pow_refused,
+                stats.counters.pow_infinite_queued
+            ),
             (10_000, 10_000),
             "the stats still count them"
         );

@@ -313,7 +313,7 @@ impl Model {
             let rules = self.rules();
             let key = t.key(rules.opens_at_ms);
             // The infinite queue's tickets are never admitted.
-            if t.shadow || !self.adm.watermark(now, rules).admits(key) {
+            if t.infinite_queue || !self.adm.watermark(now, rules).admits(key) {
                 return ReserveOutcome::NotAdmitted {
                     position: self.adm.position(key, now, rules).max(1),
                 };
@@ -602,15 +602,15 @@ impl Sim {
             1 => Some(Ticket {
                 arrived_ms: self.now.saturating_sub(ttl + self.rng.below(1_000)),
                 tiebreak: self.rng.next_u64() as u32,
-                shadow: false,
+                infinite_queue: false,
             }),
             2 => Some(Ticket {
                 arrived_ms: self.now.saturating_sub(self.rng.below(2_000)),
                 tiebreak: self.rng.next_u64() as u32,
-                shadow: false,
+                infinite_queue: false,
             }),
             3 if !self.tickets.is_empty() => Some(Ticket {
-                shadow: true,
+                infinite_queue: true,
                 ..*self.rng.pick(&self.tickets)
             }),
             _ if !self.tickets.is_empty() => Some(*self.rng.pick(&self.tickets)),
@@ -861,7 +861,7 @@ impl Sim {
                     let t = Ticket {
                         arrived_ms: self.now.saturating_sub(self.rng.below(5_000)),
                         tiebreak,
-                        shadow: false,
+                        infinite_queue: false,
                     };
                     arrivals.add(&t, opens);
                     if self.model.joined.insert(tiebreak) {

@@ -309,7 +309,7 @@ mod tests {
                 pow_infinite_queue: false,
                 joins_per_s: 0,
                 pow_refused: 0,
-                pow_shadowed: 0,
+                pow_infinite_queued: 0,
             },
             snapshots: 0,
             work: Default::default(),

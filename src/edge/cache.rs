@@ -114,7 +114,7 @@ impl Snapshot {
         let rules = q.rules();
         let key = ticket.key(rules.opens_at_ms);
         // The infinite queue's tickets wait as any other, for ever.
-        let admitted = !ticket.shadow && q.admission.watermark(now_ms, rules).admits(key);
+        let admitted = !ticket.infinite_queue && q.admission.watermark(now_ms, rules).admits(key);
         let ahead_unreported = match (key, unreported) {
             (
                 QueueKey::Regular {
@@ -442,8 +442,8 @@ impl EdgeCache {
 
     /// Counts a ticket of the infinite queue, for the next report (it is
     /// not counted as a ticket: it must not move the watermark).
-    pub fn pow_shadowed(&mut self, product_id: &str) {
-        self.report_mut(product_id).pow_shadowed += 1;
+    pub fn pow_infinite_queued(&mut self, product_id: &str) {
+        self.report_mut(product_id).pow_infinite_queued += 1;
     }
 
     fn report_mut(&mut self, product_id: &str) -> &mut Arrivals {
@@ -628,7 +628,7 @@ mod tests {
             .map(|i| Ticket {
                 arrived_ms: OPEN + i * 10,
                 tiebreak: 0,
-                shadow: false,
+                infinite_queue: false,
             })
             .collect();
         let mut arrivals = Arrivals::default();
@@ -650,7 +650,7 @@ mod tests {
         let late = Ticket {
             arrived_ms: OPEN + 5_000,
             tiebreak: 0,
-            shadow: false,
+            infinite_queue: false,
         };
         let mut unreported = Arrivals::default();
         for ms in [OPEN + 2_000, OPEN + 3_000, OPEN + 3_500, OPEN + 5_000] {
@@ -658,7 +658,7 @@ mod tests {
                 &Ticket {
                     arrived_ms: ms,
                     tiebreak: 0,
-                    shadow: false,
+                    infinite_queue: false,
                 },
                 rules.opens_at_ms,
             );
@@ -671,7 +671,7 @@ mod tests {
         let mid = Ticket {
             arrived_ms: OPEN + 6_500,
             tiebreak: 0,
-            shadow: false,
+            infinite_queue: false,
         };
         let mut same = Arrivals::default();
         for i in 0..10 {
@@ -679,7 +679,7 @@ mod tests {
                 &Ticket {
                     arrived_ms: OPEN + 6_000 + i * 100,
                     tiebreak: 0,
-                    shadow: false,
+                    infinite_queue: false,
                 },
                 rules.opens_at_ms,
             );
@@ -703,7 +703,7 @@ mod tests {
         let t = |ms| Ticket {
             arrived_ms: ms,
             tiebreak: 0,
-            shadow: false,
+            infinite_queue: false,
         };
         c.issued("p", &t(OPEN + 1_000), Some(OPEN));
         c.issued("p", &t(OPEN + 2_000), Some(OPEN));
@@ -742,7 +742,7 @@ mod tests {
                 let t = Ticket {
                     arrived_ms: OPEN + i as u64,
                     tiebreak: i as u32,
-                    shadow: false,
+                    infinite_queue: false,
                 };
                 c.issued(&format!("p{p}"), &t, Some(OPEN));
             }
@@ -809,7 +809,7 @@ mod tests {
             .map(|i| Ticket {
                 arrived_ms: OPEN + i * 3,
                 tiebreak: 0,
-                shadow: false,
+                infinite_queue: false,
             })
             .collect();
         let mut arrivals = Arrivals::default();
@@ -882,7 +882,7 @@ mod tests {
         let t = Ticket {
             arrived_ms: OPEN + 1_500,
             tiebreak: 1,
-            shadow: false,
+            infinite_queue: false,
         };
         c.issued("p", &t, Some(OPEN));
         c.issued("p", &t, Some(OPEN));

@@ -32,7 +32,7 @@ pub enum JoinAnswer {
     Ticket,
     /// A ticket of the infinite queue: the product chose it for joins
     /// without a valid solution.
-    Shadow,
+    InfiniteQueue,
     /// No ticket: a fresh challenge, and why (`None`: no payload).
     Challenge(Option<PowError>),
 }
@@ -98,7 +98,7 @@ impl PowKey {
             }
         };
         if pow.infinite_queue {
-            JoinAnswer::Shadow
+            JoinAnswer::InfiniteQueue
         } else {
             JoinAnswer::Challenge(refused)
         }
@@ -214,11 +214,11 @@ mod tests {
         );
         assert_eq!(
             k.join(Some(inf), None, "p1", "alice", NOW),
-            JoinAnswer::Shadow
+            JoinAnswer::InfiniteQueue
         );
         assert_eq!(
             k.join(Some(inf), Some(&good), "p1", "bob", NOW),
-            JoinAnswer::Shadow
+            JoinAnswer::InfiniteQueue
         );
     }
 
@@ -260,7 +260,7 @@ mod tests {
             assert_eq!(
                 k.join(at(2), Some(&bobs), "p1", "alice", NOW),
                 if infinite_queue {
-                    JoinAnswer::Shadow
+                    JoinAnswer::InfiniteQueue
                 } else {
                     JoinAnswer::Challenge(Some(PowError::OtherBuyer))
                 }

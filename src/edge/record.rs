@@ -90,7 +90,7 @@ pub fn body(
     };
     let place = claims.ticket().key(rules.opens_at_ms);
     let below = a.watermark(now_ms, rules).below;
-    let (points, below) = if claims.shadow {
+    let (points, below) = if claims.infinite_queue {
         shown_to(&a.record.points, below, place)
     } else {
         (&a.record.points[..], below)
@@ -161,7 +161,7 @@ mod tests {
                 &Ticket {
                     arrived_ms: OPEN + i * 10,
                     tiebreak: 0,
-                    shadow: false,
+                    infinite_queue: false,
                 },
                 rules.opens_at_ms,
             );
@@ -182,14 +182,14 @@ mod tests {
         }
     }
 
-    fn claims(arrived_ms: u64, shadow: bool) -> TicketClaims {
+    fn claims(arrived_ms: u64, infinite_queue: bool) -> TicketClaims {
         TicketClaims {
             p: "p1".into(),
             b: "alice".into(),
             t: arrived_ms,
             h: 0,
             e: OPEN + 3_600_000,
-            shadow,
+            infinite_queue,
         }
     }
 
@@ -225,26 +225,35 @@ mod tests {
         let q = room();
         let at = OPEN + 3_500;
         let honest = body("p1", &q, &claims(OPEN + 350, false), at);
-        let shadow = body("p1", &q, &claims(OPEN + 350, true), at);
+        let infinite_queue = body("p1", &q, &claims(OPEN + 350, true), at);
         assert_eq!(honest["ticket"]["admitted"], true);
-        assert_eq!(shadow["ticket"]["admitted"], false, "{shadow}");
-        assert!(shadow["ticket"]["admitted_at_ms"].is_null(), "{shadow}");
-        let place = key(&shadow["ticket"]["place"]);
+        assert_eq!(
+            infinite_queue["ticket"]["admitted"], false,
+            "{infinite_queue}"
+        );
+        assert!(
+            infinite_queue["ticket"]["admitted_at_ms"].is_null(),
+            "{infinite_queue}"
+        );
+        let place = key(&infinite_queue["ticket"]["place"]);
         assert_eq!(place, key(&honest["ticket"]["place"]));
-        let points = shadow["points"].as_array().unwrap();
+        let points = infinite_queue["points"].as_array().unwrap();
         // The first point (10 in) is before it; the later ones passed it.
         assert_eq!(points[..], honest["points"].as_array().unwrap()[..1]);
         assert!(points.iter().all(|p| key(&p["below"]) <= place));
-        assert_eq!(shadow["now"]["below"], points[0]["below"]);
-        assert_eq!(shadow["now"]["at_ms"], at);
+        assert_eq!(infinite_queue["now"]["below"], points[0]["below"]);
+        assert_eq!(infinite_queue["now"]["at_ms"], at);
         // The same members as any record.
         let members = |v: &serde_json::Value| {
             let mut k: Vec<_> = v.as_object().unwrap().keys().cloned().collect();
             k.sort();
             k
         };
-        assert_eq!(members(&shadow), members(&honest));
-        assert_eq!(members(&shadow["ticket"]), members(&honest["ticket"]));
+        assert_eq!(members(&infinite_queue), members(&honest));
+        assert_eq!(
+            members(&infinite_queue["ticket"]),
+            members(&honest["ticket"])
+        );
         // Passed before the record's first point: no point, nobody in.
         let first = body("p1", &q, &claims(OPEN, true), at);
         assert_eq!(first["points"].as_array().unwrap().len(), 0);

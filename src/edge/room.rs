@@ -109,12 +109,12 @@ pub fn join(
     // The proof of work, when the room asks one: a join without a valid
     // solution gets a fresh challenge, or, in the infinite queue, a ticket
     // never admitted and never reported.
-    let shadow = match settings
+    let infinite_queue = match settings
         .pow_key
         .join(q.pow, pow_payload, product_id, buyer, now_ms)
     {
         JoinAnswer::Ticket => false,
-        JoinAnswer::Shadow => true,
+        JoinAnswer::InfiniteQueue => true,
         JoinAnswer::Challenge(why) => {
             cache.pow_refused(product_id);
             return Decided::Challenge(Challenging {
@@ -130,11 +130,11 @@ pub fn join(
         &lottery.0,
         now_ms,
         q.ticket_ttl_ms,
-        shadow,
+        infinite_queue,
     );
     let ticket = claims.ticket();
-    if shadow {
-        cache.pow_shadowed(product_id);
+    if infinite_queue {
+        cache.pow_infinite_queued(product_id);
     } else {
         cache.issued(product_id, &ticket, q.opens_at_ms);
     }
@@ -380,7 +380,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_join_without_a_solution_is_asked_one_or_shadowed() {
+    fn a_join_without_a_solution_is_asked_one_or_sent_to_the_infinite_queue() {
         let s = settings();
         let mut cache = EdgeCache::default();
         let pow = PowNow {
@@ -403,7 +403,7 @@ pub(crate) mod tests {
         let refused = challenge(&s, "p1", "alice", c, &[1; 32]);
         assert_eq!(refusal(refused), ProblemCode::PowRequired);
         // In the infinite queue, a ticket never admitted.
-        let shadowed = snapshot(
+        let infinite_queued = snapshot(
             10,
             true,
             Some(PowNow {
@@ -411,7 +411,15 @@ pub(crate) mod tests {
                 infinite_queue: true,
             }),
         );
-        let joined = answer(join(&s, "p1", "alice", None, &shadowed, &mut cache, OPEN));
+        let joined = answer(join(
+            &s,
+            "p1",
+            "alice",
+            None,
+            &infinite_queued,
+            &mut cache,
+            OPEN,
+        ));
         assert_eq!(joined.status, 201);
         assert_eq!(joined.body["admitted"], false);
     }

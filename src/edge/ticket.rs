@@ -42,7 +42,7 @@ pub struct TicketClaims {
     /// Signed with the infinite queue's key: never admitted. Not written
     /// in the claims, so that nothing in the ticket tells it apart.
     #[serde(skip)]
-    pub shadow: bool,
+    pub infinite_queue: bool,
 }
 
 impl TicketClaims {
@@ -50,7 +50,7 @@ impl TicketClaims {
         Ticket {
             arrived_ms: self.t,
             tiebreak: self.h,
-            shadow: self.shadow,
+            infinite_queue: self.infinite_queue,
         }
     }
 }
@@ -83,7 +83,7 @@ impl TicketError {
 
 impl TicketKey {
     /// A ticket for `buyer_id`, arriving now, valid for `ttl_ms`, its
-    /// tiebreak drawn by the sale's `lottery_key`; `shadow`: one of the
+    /// tiebreak drawn by the sale's `lottery_key`; `infinite_queue`: one of the
     /// infinite queue, signed with its own key, the same in every other
     /// respect.
     pub fn issue(
@@ -93,7 +93,7 @@ impl TicketKey {
         lottery_key: &[u8; 32],
         now_ms: u64,
         ttl_ms: u64,
-        shadow: bool,
+        infinite_queue: bool,
     ) -> (String, TicketClaims) {
         let claims = TicketClaims {
             p: product_id.into(),
@@ -101,11 +101,11 @@ impl TicketKey {
             t: now_ms,
             h: tiebreak(lottery_key, product_id, buyer_id),
             e: now_ms.saturating_add(ttl_ms),
-            shadow,
+            infinite_queue,
         };
         // A struct of strings and numbers always serializes.
         let body = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&claims).unwrap_or_default());
-        let mac = self.tag(shadow, &[VERSION.as_bytes(), body.as_bytes()]);
+        let mac = self.tag(infinite_queue, &[VERSION.as_bytes(), body.as_bytes()]);
         let text = format!("{VERSION}.{body}.{}", URL_SAFE_NO_PAD.encode(mac));
         (text, claims)
     }
@@ -135,7 +135,7 @@ impl TicketKey {
             .decode(mac)
             .map_err(|_| TicketError::Malformed)?;
         let signed = [VERSION.as_bytes(), body.as_bytes()];
-        let shadow = if self.verify_tag(false, &signed, &given) {
+        let infinite_queue = if self.verify_tag(false, &signed, &given) {
             false
         } else if self.verify_tag(true, &signed, &given) {
             true
@@ -147,7 +147,7 @@ impl TicketKey {
             .map_err(|_| TicketError::Malformed)?;
         let mut claims: TicketClaims =
             serde_json::from_slice(&json).map_err(|_| TicketError::Malformed)?;
-        claims.shadow = shadow;
+        claims.infinite_queue = infinite_queue;
         if claims.p != product_id {
             return Err(TicketError::OtherProduct);
         }
@@ -214,25 +214,26 @@ mod tests {
     fn an_infinite_queue_ticket_looks_like_any_other_and_is_never_admitted() {
         let k = TicketKey::new(SECRET);
         let (real, real_claims) = k.issue("p1", "alice", &LOTTERY, 1_000, 60_000, false);
-        let (shadow, shadow_claims) = k.issue("p1", "alice", &LOTTERY, 1_000, 60_000, true);
+        let (infinite_queue, infinite_queue_claims) =
+            k.issue("p1", "alice", &LOTTERY, 1_000, 60_000, true);
         // The same claims, the same form; only the key differs.
-        assert_eq!(real.split('.').nth(1), shadow.split('.').nth(1));
-        assert_eq!(real.len(), shadow.len());
-        assert_ne!(real, shadow);
-        let verified = k.verify(&shadow, "p1", "alice", 2_000).unwrap();
-        assert!(verified.shadow && verified.ticket().shadow);
-        assert_eq!(verified, shadow_claims);
+        assert_eq!(real.split('.').nth(1), infinite_queue.split('.').nth(1));
+        assert_eq!(real.len(), infinite_queue.len());
+        assert_ne!(real, infinite_queue);
+        let verified = k.verify(&infinite_queue, "p1", "alice", 2_000).unwrap();
+        assert!(verified.infinite_queue && verified.ticket().infinite_queue);
+        assert_eq!(verified, infinite_queue_claims);
         assert!(
             !k.verify(&real, "p1", "alice", 2_000)
                 .unwrap()
                 .ticket()
-                .shadow
+                .infinite_queue
         );
-        assert!(!real_claims.shadow);
+        assert!(!real_claims.infinite_queue);
         // Another gate's key verifies neither.
         let other = TicketKey::new(b"another-secret-of-thirty-two-byte");
         assert_eq!(
-            other.verify(&shadow, "p1", "alice", 2_000),
+            other.verify(&infinite_queue, "p1", "alice", 2_000),
             Err(TicketError::Signature)
         );
     }

@@ -433,7 +433,7 @@ mod tests {
             let t = flashgate_core::Ticket {
                 arrived_ms: s * 1000,
                 tiebreak: 1,
-                shadow: false,
+                infinite_queue: false,
             };
             arrivals.add(&t, None);
         }

@@ -154,7 +154,7 @@ system.test("a join without a valid proof of work gets a fresh challenge and no 
   }
   assert.deepEqual([after.reported, after.waiting], [before.reported, before.waiting], JSON.stringify(after));
   assert.equal(after.pow_refused, before.pow_refused + refusals, JSON.stringify(after));
-  assert.equal(after.pow_shadowed, 0);
+  assert.equal(after.pow_infinite_queued, 0);
 
   // The honest join gets its ticket; a replay of the same payload is the
   // same join again, counted once.
@@ -242,7 +242,7 @@ system.test("the infinite queue: a join without a solution gets a ticket like an
   }
   await api.product(P);
   const q = (await api.stats(P)).body.queue;
-  assert.equal(q.pow_shadowed, 3, JSON.stringify(q));
+  assert.equal(q.pow_infinite_queued, 3, JSON.stringify(q));
   assert.equal(q.pow_refused, 0, JSON.stringify(q));
   assert.equal(q.reported, honest.length, `the bots are not in the line: ${JSON.stringify(q)}`);
   assert.equal(q.pow_infinite_queue, true);
@@ -266,8 +266,8 @@ async function farmRefused(api, P, farm, stock, level) {
   const after = await refusalsReported(api, P, before.queue.pow_refused + farm.length);
   assert.equal(after.queue.pow_refused, before.queue.pow_refused + farm.length, JSON.stringify(after.queue));
   assert.deepEqual(
-    [after.queue.reported, after.queue.rejoins_uncounted, after.queue.pow_shadowed, after.available, after.held],
-    [before.queue.reported, before.queue.rejoins_uncounted, before.queue.pow_shadowed, before.available, before.held],
+    [after.queue.reported, after.queue.rejoins_uncounted, after.queue.pow_infinite_queued, after.available, after.held],
+    [before.queue.reported, before.queue.rejoins_uncounted, before.queue.pow_infinite_queued, before.available, before.held],
   );
 }
 
@@ -342,7 +342,7 @@ system.test("an honest buyer mid-solve when the level rises joins after one more
     }
     assert.equal(r.status, 201, JSON.stringify(r.body));
     const q = (await api.stats(P)).body.queue;
-    assert.deepEqual([q.reported, q.pow_refused, q.pow_shadowed], [1, 1, 0], JSON.stringify(q));
+    assert.deepEqual([q.reported, q.pow_refused, q.pow_infinite_queued], [1, 1, 0], JSON.stringify(q));
   }
 });
 
@@ -466,9 +466,9 @@ system.test("free joins, rejoins and challenge fetches do not raise an adaptive 
   for (const until = Date.now() + EVENTUALLY_MS; Date.now() < until; await sleep(300)) {
     await api.product(P);
     q = (await api.stats(P)).body.queue;
-    if (q.pow_shadowed >= 600 && q.reported + q.rejoins_uncounted >= 30) break;
+    if (q.pow_infinite_queued >= 600 && q.reported + q.rejoins_uncounted >= 30) break;
   }
-  assert.equal(q.pow_shadowed, 600, JSON.stringify(q));
+  assert.equal(q.pow_infinite_queued, 600, JSON.stringify(q));
   assert.deepEqual([q.reported, q.rejoins_uncounted], [1, 29], JSON.stringify(q));
   assert.deepEqual([q.joins_per_s, q.pow_level], [0, 1], JSON.stringify(q));
   assert.equal(await asking(api, P), 1);

@@ -137,8 +137,10 @@ pub struct QueueStats {
     pub joins_per_s: u64,
     #[serde(default)]
     pub pow_refused: u64,
-    #[serde(default)]
-    pub pow_shadowed: u64,
+    /// Joins sent to the infinite queue (`pow_shadowed` before the name
+    /// was one).
+    #[serde(default, alias = "pow_shadowed")]
+    pub pow_infinite_queued: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
