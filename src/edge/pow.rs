@@ -33,8 +33,9 @@ pub enum JoinAnswer {
     /// A ticket of the infinite queue: the product chose it for joins
     /// without a valid solution.
     InfiniteQueue,
-    /// No ticket: a fresh challenge, and why (`None`: no payload).
-    Challenge(Option<PowError>),
+    /// No ticket: `pow_required` with a fresh challenge, and why (`None`:
+    /// no payload). The stats count these as `pow_refused`.
+    PowRequired(Option<PowError>),
 }
 
 impl PowKey {
@@ -91,7 +92,7 @@ impl PowKey {
                 match self.0.verify(text, &asked, POW_COST_ROUNDS, now_ms) {
                     Ok(_) => return JoinAnswer::Ticket,
                     Err(PowError::LevelRaised) => {
-                        return JoinAnswer::Challenge(Some(PowError::LevelRaised))
+                        return JoinAnswer::PowRequired(Some(PowError::LevelRaised))
                     }
                     Err(e) => Some(e),
                 }
@@ -100,7 +101,7 @@ impl PowKey {
         if pow.infinite_queue {
             JoinAnswer::InfiniteQueue
         } else {
-            JoinAnswer::Challenge(refused)
+            JoinAnswer::PowRequired(refused)
         }
     }
 }
@@ -168,7 +169,7 @@ mod tests {
         );
         assert_eq!(
             k.join(Some(ON), None, "p1", "alice", NOW),
-            JoinAnswer::Challenge(None)
+            JoinAnswer::PowRequired(None)
         );
         for (payload, product, buyer, now, why) in [
             (good.as_str(), "p1", "bob", NOW, PowError::OtherBuyer),
@@ -184,7 +185,7 @@ mod tests {
         ] {
             assert_eq!(
                 k.join(Some(ON), Some(payload), product, buyer, now),
-                JoinAnswer::Challenge(Some(why))
+                JoinAnswer::PowRequired(Some(why))
             );
         }
         // Another gate's challenge.
@@ -196,7 +197,7 @@ mod tests {
         );
         assert_eq!(
             k.join(Some(ON), Some(&other), "p1", "alice", NOW),
-            JoinAnswer::Challenge(Some(PowError::Forged))
+            JoinAnswer::PowRequired(Some(PowError::Forged))
         );
     }
 
@@ -240,13 +241,13 @@ mod tests {
             for asked in [2, 3, 4] {
                 assert_eq!(
                     k.join(at(asked), Some(&level_1), "p1", "alice", NOW),
-                    JoinAnswer::Challenge(Some(PowError::LevelRaised)),
+                    JoinAnswer::PowRequired(Some(PowError::LevelRaised)),
                     "level 1 when {asked} is asked"
                 );
             }
             assert_eq!(
                 k.join(at(3), Some(&level_2), "p1", "alice", NOW),
-                JoinAnswer::Challenge(Some(PowError::LevelRaised))
+                JoinAnswer::PowRequired(Some(PowError::LevelRaised))
             );
             for asked in [1, 2] {
                 assert_eq!(
@@ -262,7 +263,7 @@ mod tests {
                 if infinite_queue {
                     JoinAnswer::InfiniteQueue
                 } else {
-                    JoinAnswer::Challenge(Some(PowError::OtherBuyer))
+                    JoinAnswer::PowRequired(Some(PowError::OtherBuyer))
                 }
             );
         }

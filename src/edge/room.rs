@@ -115,7 +115,7 @@ pub fn join(
     {
         JoinAnswer::Ticket => false,
         JoinAnswer::InfiniteQueue => true,
-        JoinAnswer::Challenge(why) => {
+        JoinAnswer::PowRequired(why) => {
             cache.pow_refused(product_id);
             return Decided::Challenge(Challenging {
                 level: q.pow.map_or(1, |p| p.level),
