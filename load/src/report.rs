@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::measure::Latency;
 use crate::plan::System;
 use crate::server_timing::EscrowWait;
-use crate::verdict::Verdict;
+use crate::verdict::SaleVerdict;
 
 /// The endpoints a buyer calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -149,7 +149,7 @@ pub struct Report {
     /// `None` if the product was there before the run.
     pub product_made: Option<Cleanup>,
     /// `None` for the ceiling, which keeps no stock.
-    pub verdict: Option<Verdict>,
+    pub verdict: Option<SaleVerdict>,
     /// For a product of several stock shards, what the escrow cost.
     pub escrow: Option<EscrowFigures>,
     /// For a waiting room that asked a proof of work, what solving cost

@@ -91,8 +91,10 @@ pub struct Observed {
     pub available_at_end: Option<EndRead>,
 }
 
+/// What the run finds of the sale: oversold, lost or duplicated orders,
+/// false sold-outs. (A buyer's verdict on its odds is the core's `Verdict`.)
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Verdict {
+pub struct SaleVerdict {
     /// Units certainly held at one instant beyond the stock.
     pub oversold_units: u64,
     /// Units in counted orders beyond the stock.
@@ -125,16 +127,16 @@ pub struct Verdict {
     pub violations: Vec<String>,
 }
 
-impl Verdict {
+impl SaleVerdict {
     pub fn passed(&self) -> bool {
         self.violations.is_empty()
     }
 }
 
-pub fn judge(seen: &Observed) -> Verdict {
-    let mut v = Verdict {
+pub fn judge(seen: &Observed) -> SaleVerdict {
+    let mut v = SaleVerdict {
         drift_units: seen.drift_units,
-        ..Verdict::default()
+        ..SaleVerdict::default()
     };
     let peak = peak_units(&seen.reserved);
     v.oversold_units = peak.saturating_sub(seen.stock_total);
@@ -213,7 +215,7 @@ pub fn judge(seen: &Observed) -> Verdict {
 
 /// The `sold_out` answers against what the buyers saw after them and the
 /// units left at the end.
-fn judge_sold_outs(seen: &Observed, v: &mut Verdict) {
+fn judge_sold_outs(seen: &Observed, v: &mut SaleVerdict) {
     let lag_us = SOLD_OUT_LAG_MS * 1000;
     v.sold_out_answers = seen.timeline.refused.len() as u64;
     let judged = sold_out::false_sold_outs(&seen.timeline, lag_us);
