@@ -96,27 +96,26 @@ impl History {
     /// The bucket `now_ms` falls in, made if need be (coarsening first if
     /// the history is full).
     fn bucket(&mut self, now_ms: u64) -> &mut Bucket {
-        let start = now_ms - now_ms % self.step_ms;
-        let last_start = self.buckets.last().map(|b| b.start_ms);
-        match last_start {
-            Some(last) if start <= last => {}
-            _ => {
-                if self.buckets.len() >= limits::HISTORY_BUCKETS_MAX {
-                    self.coarsen();
-                }
-                let start = now_ms - now_ms % self.step_ms;
-                match self.buckets.last() {
-                    // Coarsening may have made the last bucket cover now.
-                    Some(b) if b.start_ms == start => {}
-                    _ => self.buckets.push(Bucket {
-                        start_ms: start,
-                        counts: Counters::default(),
-                        mark: self.buckets.last().map(|b| b.mark).unwrap_or_default(),
-                    }),
-                }
-            }
+        if !self.last_covers(now_ms) && self.buckets.len() >= limits::HISTORY_BUCKETS_MAX {
+            self.coarsen();
+        }
+        // Coarsening may have made the last bucket cover now.
+        if !self.last_covers(now_ms) {
+            let mark = self.buckets.last().map(|b| b.mark).unwrap_or_default();
+            self.buckets.push(Bucket {
+                start_ms: now_ms - now_ms % self.step_ms,
+                counts: Counters::default(),
+                mark,
+            });
         }
         self.buckets.last_mut().expect("a bucket was made")
+    }
+
+    /// Whether a note at `now_ms` goes to the last bucket: it is `now_ms`'s
+    /// bucket, or a later one (a clock that stepped back).
+    fn last_covers(&self, now_ms: u64) -> bool {
+        let start = now_ms - now_ms % self.step_ms;
+        self.buckets.last().is_some_and(|b| start <= b.start_ms)
     }
 
     /// Doubles the step: each pair of buckets that now share a start
