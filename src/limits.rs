@@ -56,6 +56,9 @@ pub const BODY_BYTES_MAX: usize = 4 * 1024;
 /// (1,000, `origin/src/limits.rs`), which the Worker does not link.
 pub const ADMIN_ORDERS_PAGE_MAX: usize = 100;
 pub const ADMIN_ORDERS_PAGE_DEFAULT: usize = 20;
+/// The media ranges of an `Accept` field the history route reads
+/// (`edge::history::format`); the rest are ignored.
+pub const ACCEPT_RANGES_MAX: usize = 16;
 const _: () = assert!(ADMIN_ORDERS_PAGE_DEFAULT <= ADMIN_ORDERS_PAGE_MAX);
 
 // edge/page.rs

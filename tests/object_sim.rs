@@ -32,9 +32,10 @@ use flashgate::object::product::{DeliveryOutcome, Lease, ProductObject, Storage,
 use flashgate::protocol::Command;
 use flashgate_core::escrow::limits::SOLD_OUT_LAG_MS;
 use flashgate_core::escrow::{ShardReply, ShardReport};
+use flashgate_core::ReserveKind;
 use flashgate_core::{
-    Archive, Change, ConfigPatch, HoldState, HomeStep, ItemKey, OutboxEvent, ReservationRow, Row,
-    RowKey,
+    Archive, Bucket, Change, ConfigPatch, Counters, HistoryWrite, HoldState, HomeStep, ItemKey,
+    OutboxEvent, ReservationRow, Row, RowKey,
 };
 use flashgate_wire::{Batch, BatchResult, Event, EventResult, EventStatus};
 
@@ -62,6 +63,11 @@ struct MemStorage {
     /// in them: batches that carried several decisions.
     grouped_commits: u64,
     reservations_in_transaction: u32,
+    /// The history's table: buckets by start, and their step.
+    history: BTreeMap<u64, Bucket>,
+    history_step: u64,
+    /// History writes committed.
+    history_writes: u64,
 }
 
 impl MemStorage {
@@ -115,6 +121,7 @@ impl Storage for MemStorage {
         body: impl FnOnce(&mut Self) -> Result<T, StorageError>,
     ) -> Result<T, StorageError> {
         let saved = (self.product_id.clone(), self.rows.clone());
+        let saved_history = (self.history.clone(), self.history_step, self.history_writes);
         self.reservations_in_transaction = 0;
         let r = body(self).and_then(|t| {
             if self.fail_commits > 0 {
@@ -126,9 +133,36 @@ impl Storage for MemStorage {
         match r {
             Ok(_) if self.reservations_in_transaction > 1 => self.grouped_commits += 1,
             Ok(_) => {}
-            Err(_) => (self.product_id, self.rows) = saved,
+            Err(_) => {
+                (self.product_id, self.rows) = saved;
+                (self.history, self.history_step, self.history_writes) = saved_history;
+            }
         }
         r
+    }
+
+    fn load_history(&mut self) -> Result<Option<(u64, Vec<Bucket>)>, StorageError> {
+        Ok((!self.history.is_empty())
+            .then(|| (self.history_step, self.history.values().cloned().collect())))
+    }
+
+    fn write_history(&mut self, w: &HistoryWrite) -> Result<(), StorageError> {
+        if let Some(n) = self.fail_write_in.as_mut() {
+            if *n == 0 {
+                self.fail_write_in = None;
+                return Err(StorageError("injected write failure".into()));
+            }
+            *n -= 1;
+        }
+        if w.replace {
+            self.history.clear();
+        }
+        self.history_step = w.step_ms;
+        for b in &w.buckets {
+            self.history.insert(b.start_ms, b.clone());
+        }
+        self.history_writes += 1;
+        Ok(())
     }
 
     fn paid(&mut self, id: u64) -> Result<Option<ReservationRow>, StorageError> {
@@ -298,6 +332,13 @@ struct Sim {
     failed_batches: u64,
     /// Reserves whose 201 was lost and whose retry got it again.
     lost_answers_retried: u64,
+    /// Reserve answers given (each one count in the gate's counters): in
+    /// all, as of the last history write, and those whose counts a crash
+    /// or an eviction took before a history write held them.
+    reserve_answers: u64,
+    reserve_answers_written: u64,
+    reserve_answers_lost: u64,
+    history_writes_seen: u64,
 }
 
 const PRODUCT: &str = "sim";
@@ -337,6 +378,10 @@ impl Sim {
             batches: 0,
             failed_batches: 0,
             lost_answers_retried: 0,
+            reserve_answers: 0,
+            reserve_answers_written: 0,
+            reserve_answers_lost: 0,
+            history_writes_seen: 0,
         }
     }
 
@@ -376,6 +421,7 @@ impl Sim {
             Err(e) => {
                 self.failed_writes += 1;
                 self.failed_batches += 1;
+                self.memory_lost();
                 assert!(
                     self.object.is_poisoned(),
                     "batch of {}: a failed write must poison",
@@ -390,6 +436,7 @@ impl Sim {
             }
         };
         assert_eq!(replies.len(), batch.len(), "one reply per command");
+        self.answered(&batch, &replies);
         let mut out = format!("batch of {}:", batch.len());
         let mut lost = Vec::new();
         for (cmd, reply) in batch.iter().zip(replies) {
@@ -418,6 +465,7 @@ impl Sim {
             let entropy = self.rng.next_u64().to_le_bytes().repeat(4);
             self.object = ProductObject::new(SECRET, entropy.try_into().unwrap());
             self.in_flight = None;
+            self.memory_lost();
             out.push_str(" evicted;");
         }
         let retries: Vec<Command> = lost.iter().map(|(cmd, _)| cmd.clone()).collect();
@@ -429,6 +477,7 @@ impl Sim {
                 Err(e) => {
                     self.failed_writes += 1;
                     self.failed_batches += 1;
+                    self.memory_lost();
                     assert!(self.object.is_poisoned(), "a failed retry must poison");
                     assert!(
                         (self.store.product_id.clone(), self.store.rows.clone()) == before,
@@ -454,6 +503,7 @@ impl Sim {
                 retries.len()
             );
             self.lost_answers_retried += retries.len() as u64;
+            self.answered(&retries, &replies);
             out.push_str(&format!(" {} retries -> the same answers;", retries.len()));
             return out;
         }
@@ -693,6 +743,7 @@ impl Sim {
                             Ok(n) => format!("alarm at {}: expired {n}", self.now),
                             Err(_) => {
                                 self.failed_writes += 1;
+                                self.memory_lost();
                                 // The runtime retries a failed alarm.
                                 self.object.alarm_set(self.now + 1);
                                 format!("alarm at {}: storage error", self.now)
@@ -725,6 +776,7 @@ impl Sim {
                 let entropy = self.rng.next_u64().to_le_bytes().repeat(4);
                 self.object = ProductObject::new(SECRET, entropy.try_into().unwrap());
                 self.in_flight = None;
+                self.memory_lost();
                 let lost = std::mem::take(&mut self.pending).len();
                 format!("evicted ({lost} unanswered commands)")
             }
@@ -741,6 +793,81 @@ impl Sim {
         };
         self.arm();
         desc
+    }
+
+    /// A batch was answered: its reserves were counted, and if a history
+    /// write committed since the last look, every answer so far is in it.
+    fn answered(&mut self, batch: &[Command], replies: &[flashgate::http::reply::Reply]) {
+        // A reserve for a product not made yet is the shell's 404, which
+        // no gate counts.
+        self.reserve_answers += batch
+            .iter()
+            .zip(replies)
+            .filter(|(c, r)| matches!(c, Command::Reserve { .. }) && r.status != 404)
+            .count() as u64;
+        self.history_written();
+    }
+
+    fn history_written(&mut self) {
+        if self.store.history_writes > self.history_writes_seen {
+            self.history_writes_seen = self.store.history_writes;
+            self.reserve_answers_written = self.reserve_answers;
+        }
+    }
+
+    /// The object's memory is gone (a failed write poisoned it, or it was
+    /// evicted): the counts it had not written are lost, as a crash loses
+    /// them. The history bounds how many: those of the last flush interval.
+    fn memory_lost(&mut self) {
+        self.history_written();
+        self.reserve_answers_lost += self.reserve_answers - self.reserve_answers_written;
+        self.reserve_answers_written = self.reserve_answers;
+    }
+
+    /// The stored history against storage and the answers given: a count
+    /// that comes of a change of state is exact (the reserves the stored
+    /// gate handed ids to, the confirmations it stores), and the reserve
+    /// answers it counts are those given less those a lost memory took.
+    fn check_history(&mut self, desc: &str) {
+        self.history_written();
+        if self.object.is_poisoned() {
+            self.memory_lost();
+        }
+        let Some(Row::Meta(m)) = self.store.rows.get(&RowKey::Meta) else {
+            assert!(
+                self.store.history.is_empty(),
+                "{desc}: a history without a product"
+            );
+            return;
+        };
+        let mut total = Counters::default();
+        for b in self.store.history.values() {
+            total.add(&b.counts);
+        }
+        assert_eq!(
+            total.reserve(ReserveKind::Reserved) + 1,
+            m.next_reservation_id,
+            "{desc}: the stored history's reserves are not the ids the stored gate handed out"
+        );
+        let paid = self
+            .store
+            .rows
+            .values()
+            .filter(|r| matches!(r, Row::Reservation(r) if r.state.paid()))
+            .count() as u64;
+        assert_eq!(
+            total.holds_confirmed, paid,
+            "{desc}: the stored history's confirmations are not the stored paid records"
+        );
+        let counted: u64 = ReserveKind::ALL.iter().map(|&k| total.reserve(k)).sum();
+        assert!(
+            counted <= self.reserve_answers
+                && counted >= self.reserve_answers_written - self.reserve_answers_lost,
+            "{desc}: the stored history counts {counted} reserve answers, of {} given, {} of them written and {} lost with a memory",
+            self.reserve_answers,
+            self.reserve_answers_written,
+            self.reserve_answers_lost
+        );
     }
 
     fn some_reservation(&mut self) -> (u64, String) {
@@ -918,6 +1045,7 @@ impl Simulation for Sim {
 
     fn check(&mut self, step: &str) {
         self.check_all(step);
+        self.check_history(step);
     }
 
     fn finish(mut self) -> [u64; 7] {

@@ -79,7 +79,8 @@ impl Ticket {
     }
 }
 
-/// Tickets an edge issued since its last report.
+/// What an edge counted since its last report: the tickets it issued, the
+/// joins it refused, and the reserves it answered itself.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Arrivals {
     /// Arrivals before the opening.
@@ -101,6 +102,14 @@ pub struct Arrivals {
     pub pow_refused: u64,
     #[serde(default, skip_serializing_if = "is_zero", alias = "pow_shadowed")]
     pub pow_infinite_queued: u64,
+    /// Reserves the edge answered from its snapshot, and refused over the
+    /// buyer's rate limit: for the product's history (`stats::Counters`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub edge_sold_out: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub edge_not_admitted: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub edge_rate_limited: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -121,7 +130,12 @@ impl Arrivals {
 
     /// Nothing at all to report.
     pub fn is_nothing(&self) -> bool {
-        self.is_empty() && self.pow_refused == 0 && self.pow_infinite_queued == 0
+        self.is_empty()
+            && self.pow_refused == 0
+            && self.pow_infinite_queued == 0
+            && self.edge_sold_out == 0
+            && self.edge_not_admitted == 0
+            && self.edge_rate_limited == 0
     }
 
     /// The tickets of the report: joins refused or sent to the infinite
@@ -162,6 +176,13 @@ impl Arrivals {
         self.pow_infinite_queued = self
             .pow_infinite_queued
             .saturating_add(more.pow_infinite_queued);
+        self.edge_sold_out = self.edge_sold_out.saturating_add(more.edge_sold_out);
+        self.edge_not_admitted = self
+            .edge_not_admitted
+            .saturating_add(more.edge_not_admitted);
+        self.edge_rate_limited = self
+            .edge_rate_limited
+            .saturating_add(more.edge_rate_limited);
         for &(second, n) in &more.per_second {
             self.count(Some(second), n);
         }

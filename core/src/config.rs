@@ -112,6 +112,13 @@ pub mod limits {
     /// minutes.
     pub const HISTORY_BUCKETS_MAX: usize = 512;
     pub const HISTORY_STEP_MS: u64 = 1_000;
+    /// The longest a noted count waits in memory for a write: the object
+    /// writes its history with every batch that writes anyway, and
+    /// otherwise sets its alarm this long after the oldest unwritten note.
+    /// So a crash loses at most the refusals of the last 10 s (and of the
+    /// alarm's delay), and a sold-out product's refusals cost one write per
+    /// 10 s, not one per click.
+    pub const HISTORY_FLUSH_MS: u64 = 10_000;
     /// The proof of work at the join (`crate::pow`): the highest level a
     /// product may ask, and the level a setting that names none asks. Level
     /// 4 (16^4 PBKDF2 tries) took a median of 5.3 s in headless Chromium

@@ -29,6 +29,7 @@ use crate::bloom::Bloom;
 use crate::buyers::{BuyerSlot, Buyers};
 use crate::config::{limits, Config, ConfigPatch, Mode, SaleState};
 use crate::escrow::limits::SOLD_OUT_LAG_MS;
+use crate::history::Mark;
 use crate::lottery::LotteryKey;
 use crate::odds::Uptake;
 use crate::outbox::{Outbox, OutboxEntry, OutboxEvent};
@@ -771,6 +772,7 @@ impl Gate {
         self.held -= u64::from(quantity);
         self.sold += u64::from(quantity);
         self.live_holds -= 1;
+        self.counters.holds_confirmed += 1;
         self.assert_stock();
         self.dirty.keys.push(ItemKey::Reservation(id));
         self.dirty.keys.push(ItemKey::Outbox(seq));
@@ -810,6 +812,7 @@ impl Gate {
                 HoldState::Held => {
                     let quantity = r.quantity;
                     self.release(id, HoldState::Cancelled);
+                    self.counters.holds_cancelled += 1;
                     self.sync_admission(now_ms);
                     CancelOutcome::Cancelled { quantity }
                 }
@@ -1056,6 +1059,9 @@ impl Gate {
         self.settle(now_ms);
         self.counters.pow_refused += arrivals.pow_refused;
         self.counters.pow_infinite_queued += arrivals.pow_infinite_queued;
+        self.counters.edge_sold_out += arrivals.edge_sold_out;
+        self.counters.edge_not_admitted += arrivals.edge_not_admitted;
+        self.counters.edge_rate_limited += arrivals.edge_rate_limited;
         let mut arrivals = arrivals.clone();
         if !arrivals.named.is_empty() {
             let joined = self
@@ -1477,6 +1483,29 @@ impl Gate {
             held: l.held,
             sold: l.sold,
         }
+    }
+
+    /// Where the sale stands for its history (`history::Mark`): as cheap
+    /// as `levels`, so the object notes it after every batch.
+    pub fn mark(&self, now_ms: u64) -> Mark {
+        let l = self.product_levels();
+        Mark {
+            available: l.available,
+            held: l.held,
+            sold: l.sold,
+            queue_reported: self.admission.reported(),
+            queue_admitted: self
+                .admission
+                .admitted_milli(now_ms, self.admission_rules())
+                / 1000,
+            outbox_backlog: self.outbox.backlog() as u64,
+            outbox_acked_seq: self.outbox.acked_seq,
+        }
+    }
+
+    /// The outcome counts since this gate was created or restored.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
     }
 
     pub fn stats(&self, now_ms: u64) -> Stats {

@@ -51,7 +51,10 @@ pub use archive::{Archive, NoArchive};
 pub use config::{limits, Config, ConfigError, ConfigPatch, Mode, SaleState};
 pub use face::{Face, FaceError, Localized, Price};
 pub use gate::{Gate, ReservationView};
-pub use history::{Bucket, History, HistoryFault, Mark};
+pub use history::{
+    merge as merge_histories, Bucket, History, HistoryFault, HistoryWrite, Mark, Period, Refusals,
+    Served, Summary, Timeline,
+};
 pub use lottery::{AdmissionRecord, AdmissionRecordFault, Lottery, LotteryKey, Point, Published};
 pub use mix::splitmix64;
 pub use odds::{odds, Odds, Uptake, Verdict};

@@ -13,6 +13,11 @@ pub struct Counters {
     confirm: [u64; ConfirmKind::ALL.len()],
     cancel: [u64; CancelKind::ALL.len()],
     pub holds_expired: u64,
+    /// Holds confirmed and cancelled: changes of state, where a confirm or
+    /// a cancel answered again (`confirm.confirmed` of a record already
+    /// confirmed) counts once among the outcomes and not here.
+    pub holds_confirmed: u64,
+    pub holds_cancelled: u64,
     /// Tickets of buyers who had joined the waiting room before, reported
     /// by the edges and not counted again.
     pub rejoins_uncounted: u64,
@@ -20,6 +25,14 @@ pub struct Counters {
     /// those they sent to the infinite queue (`pow.rs`).
     pub pow_refused: u64,
     pub pow_infinite_queued: u64,
+    /// Reserves the edges answered themselves, from their snapshot
+    /// (`sold_out`, `not_admitted`), and those they refused over the
+    /// buyer's rate limit: reported with the edges' refreshes, so they
+    /// reach home up to a refresh late, and an isolate that dies loses
+    /// those it had not reported.
+    pub edge_sold_out: u64,
+    pub edge_not_admitted: u64,
+    pub edge_rate_limited: u64,
 }
 
 impl Counters {
@@ -73,9 +86,14 @@ impl Counters {
             confirm,
             cancel,
             holds_expired,
+            holds_confirmed,
+            holds_cancelled,
             rejoins_uncounted,
             pow_refused,
             pow_infinite_queued,
+            edge_sold_out,
+            edge_not_admitted,
+            edge_rate_limited,
         } = self;
         for (a, &b) in reserve.iter_mut().zip(&other.reserve) {
             f(a, b);
@@ -87,9 +105,74 @@ impl Counters {
             f(a, b);
         }
         f(holds_expired, other.holds_expired);
+        f(holds_confirmed, other.holds_confirmed);
+        f(holds_cancelled, other.holds_cancelled);
         f(rejoins_uncounted, other.rejoins_uncounted);
         f(pow_refused, other.pow_refused);
         f(pow_infinite_queued, other.pow_infinite_queued);
+        f(edge_sold_out, other.edge_sold_out);
+        f(edge_not_admitted, other.edge_not_admitted);
+        f(edge_rate_limited, other.edge_rate_limited);
+    }
+
+    /// Every nonzero count with its name: `operation.code` for an
+    /// outcome's (`reserve.sold_out`), the field's name for the others.
+    /// The form a history bucket's counts are stored and served in.
+    pub fn named(&self) -> Vec<(String, u64)> {
+        let outcomes = self.iter().map(|(op, code, n)| (format!("{op}.{code}"), n));
+        let others = self
+            .others()
+            .into_iter()
+            .map(|(name, n)| (name.to_string(), n));
+        outcomes.chain(others).filter(|&(_, n)| n > 0).collect()
+    }
+
+    /// Sets the count `name` (as `named` names it); false for a name no
+    /// counter has.
+    pub fn set_named(&mut self, name: &str, n: u64) -> bool {
+        let slot = match name.split_once('.') {
+            Some(("reserve", code)) => ReserveKind::ALL
+                .iter()
+                .position(|k| k.code() == code)
+                .map(|i| &mut self.reserve[i]),
+            Some(("confirm", code)) => ConfirmKind::ALL
+                .iter()
+                .position(|k| k.code() == code)
+                .map(|i| &mut self.confirm[i]),
+            Some(("cancel", code)) => CancelKind::ALL
+                .iter()
+                .position(|k| k.code() == code)
+                .map(|i| &mut self.cancel[i]),
+            Some(_) => None,
+            None => match name {
+                "holds_expired" => Some(&mut self.holds_expired),
+                "holds_confirmed" => Some(&mut self.holds_confirmed),
+                "holds_cancelled" => Some(&mut self.holds_cancelled),
+                "rejoins_uncounted" => Some(&mut self.rejoins_uncounted),
+                "pow_refused" => Some(&mut self.pow_refused),
+                "pow_infinite_queued" => Some(&mut self.pow_infinite_queued),
+                "edge_sold_out" => Some(&mut self.edge_sold_out),
+                "edge_not_admitted" => Some(&mut self.edge_not_admitted),
+                "edge_rate_limited" => Some(&mut self.edge_rate_limited),
+                _ => None,
+            },
+        };
+        slot.map(|s| *s = n).is_some()
+    }
+
+    /// The counters that are not an outcome's, by name.
+    fn others(&self) -> [(&'static str, u64); 9] {
+        [
+            ("holds_expired", self.holds_expired),
+            ("holds_confirmed", self.holds_confirmed),
+            ("holds_cancelled", self.holds_cancelled),
+            ("rejoins_uncounted", self.rejoins_uncounted),
+            ("pow_refused", self.pow_refused),
+            ("pow_infinite_queued", self.pow_infinite_queued),
+            ("edge_sold_out", self.edge_sold_out),
+            ("edge_not_admitted", self.edge_not_admitted),
+            ("edge_rate_limited", self.edge_rate_limited),
+        ]
     }
 
     /// `(operation, outcome code, count)` for every outcome, zeros included.
@@ -104,6 +187,49 @@ impl Counters {
             .iter()
             .map(|&k| ("cancel", k.code(), self.cancel(k)));
         reserve.chain(confirm).chain(cancel)
+    }
+}
+
+/// Counters travel and are stored as an object of their nonzero counts by
+/// name (`named`): `{"reserve.reserved": 3, "pow_refused": 1}`. A name no
+/// counter has is refused, so a stored history read by an older build
+/// fails loudly rather than dropping counts.
+impl serde::Serialize for Counters {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let named = self.named();
+        let mut m = s.serialize_map(Some(named.len()))?;
+        for (name, n) in &named {
+            m.serialize_entry(name, n)?;
+        }
+        m.end()
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Counters {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Counters, D::Error> {
+        struct Named;
+        impl<'de> serde::de::Visitor<'de> for Named {
+            type Value = Counters;
+            fn expecting(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
+                f.write_str("counts by name")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Counters, A::Error> {
+                let mut c = Counters::default();
+                while let Some((name, n)) = a.next_entry::<String, u64>()? {
+                    if !c.set_named(&name, n) {
+                        return Err(serde::de::Error::custom(format!(
+                            "no counter is named {name}"
+                        )));
+                    }
+                }
+                Ok(c)
+            }
+        }
+        d.deserialize_map(Named)
     }
 }
 
@@ -170,5 +296,28 @@ mod tests {
         let codes: Vec<_> = c.iter().filter(|e| e.0 == "reserve").map(|e| e.1).collect();
         let want: Vec<_> = ReserveKind::ALL.iter().map(|k| k.code()).collect();
         assert_eq!(codes, want);
+    }
+
+    /// Every slot has a name that reads back into the same slot: fill each
+    /// with a distinct count (through `each_mut`, the one list of fields),
+    /// name them, and read the names into empty counters.
+    #[test]
+    fn every_slot_is_named_and_reads_back() {
+        let mut c = Counters::default();
+        let next = std::cell::Cell::new(0u64);
+        c.each_mut(&Counters::default(), |a, _| {
+            next.set(next.get() + 1);
+            *a = next.get();
+        });
+        let named = c.named();
+        assert_eq!(named.len() as u64, next.get(), "{named:?}");
+        let mut back = Counters::default();
+        for (name, n) in &named {
+            assert!(back.set_named(name, *n), "{name}");
+        }
+        assert_eq!(back, c);
+        assert!(!back.set_named("reserve.no_such_code", 1));
+        assert!(!back.set_named("no_such_counter", 1));
+        assert!(!back.set_named("refund.reserved", 1));
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod audit;
 pub mod client;
+pub mod history_check;
 pub mod measure;
 pub mod plan;
 pub mod report;

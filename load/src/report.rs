@@ -158,6 +158,9 @@ pub struct Report {
     pub pow: Option<PowFigures>,
     /// The waiting room's audit (`--audit`), if asked for.
     pub audit: Option<crate::audit::AuditReport>,
+    /// The gate's history of the run against what its buyers saw
+    /// (flashgate only); its violations are the verdict's too.
+    pub history: Option<crate::history_check::HistoryCheck>,
 }
 
 /// The proof of work the buyers solved: how many challenges, and the mean
@@ -407,6 +410,22 @@ impl Report {
             for v in &a.violations {
                 let _ = writeln!(out, "  audit violation: {}: {}", v.check, v.detail);
             }
+        }
+        if let Some(h) = &self.history {
+            let _ = writeln!(
+                out,
+                "history: {} · held {} (saw {}) · paid {} (saw {}) · cancelled {} (saw {}) · sold out {} (saw {}, {} not yet reported by the edges)",
+                if h.violations.is_empty() { "PASS" } else { "FAIL" },
+                h.history.reserved,
+                h.seen.reserved,
+                h.history.confirmed,
+                h.seen.confirmed,
+                h.history.cancelled,
+                h.seen.cancelled,
+                h.history.sold_out,
+                h.seen.sold_out,
+                h.sold_out_unreported
+            );
         }
         if self.read_retries > 0 {
             let _ = writeln!(

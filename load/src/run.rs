@@ -30,6 +30,7 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::audit;
 use crate::client::{self, send, Answer, STOPPED};
+use crate::history_check;
 use crate::measure::{kendall_tau, Latency};
 use crate::plan::{self, Arrival, Buyer, Fate, Shares, System};
 use crate::report::{
@@ -1025,6 +1026,10 @@ struct Measured {
     /// The units available once the buyers were done, and when read.
     available_at_end: Option<EndRead>,
     audit: Option<audit::AuditReport>,
+    /// The gate's history's totals before the crowd and after the
+    /// settling (`history_check`).
+    history_before: Option<history_check::Totals>,
+    history_after: Option<history_check::Totals>,
 }
 
 /// A line of progress, for a log: what the buyers did so far.
@@ -1054,7 +1059,27 @@ async fn phases(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<()> {
     if !read_end(ctx, m).await? || !settle(ctx, m).await? {
         return Ok(());
     }
-    read_orders(ctx, m).await
+    read_orders(ctx, m).await?;
+    if ctx.cfg.system == System::Flashgate {
+        m.history_after = Some(history_totals(ctx).await?);
+    }
+    Ok(())
+}
+
+/// The totals of the product's history at the gate.
+async fn history_totals(ctx: &Ctx) -> Result<history_check::Totals> {
+    let h: history_check::HistoryBody = read(
+        ctx,
+        "history",
+        || {
+            ctx.http
+                .get(ctx.url(&format!("/admin/products/{}/history", ctx.cfg.product)))
+                .bearer_auth(&ctx.cfg.admin_token)
+        },
+        Patience::Run,
+    )
+    .await?;
+    Ok(h.totals())
 }
 
 /// Creates the product if asked, and reads what the buyers must know of it
@@ -1081,6 +1106,7 @@ async fn prepare(ctx: &Arc<Ctx>, m: &mut Measured) -> Result<()> {
             .get("lottery_commitment")
             .and_then(|v| v.as_str())
             .map(str::to_owned);
+        m.history_before = Some(history_totals(ctx).await?);
     }
     m.before = stats(ctx, Patience::Run).await?;
     m.stock_total = match &m.before {
@@ -1451,6 +1477,7 @@ fn report(cfg: &Config, m: Measured, read_retries: u64, incomplete: Option<Strin
     let mut reserve_requests = 0u64;
     let mut sold_out_ms = Vec::new();
     let mut unavailable_answers = 0u64;
+    let mut reserves_unanswered = 0u64;
     let mut waits = Vec::new();
     for end in m.ends {
         for s in end.samples {
@@ -1464,6 +1491,9 @@ fn report(cfg: &Config, m: Measured, read_retries: u64, incomplete: Option<Strin
                 // its body says.
                 if s.status == Some(ProblemCode::Unavailable.status()) {
                     unavailable_answers += 1;
+                }
+                if s.status.is_none() {
+                    reserves_unanswered += 1;
                 }
                 waits.extend(s.escrow_wait);
             }
@@ -1510,7 +1540,40 @@ fn report(cfg: &Config, m: Measured, read_retries: u64, incomplete: Option<Strin
             .map(|e| EscrowFigures::of(e, reserve_requests)),
         _ => None,
     };
-    let verdict = (cfg.system != System::Ceiling).then(|| verdict::judge(&seen));
+    let history = match (m.history_before, m.history_after) {
+        (Some(before), Some(after)) => {
+            let granted: std::collections::BTreeSet<&str> =
+                seen.reserved.iter().map(|h| h.id.as_str()).collect();
+            let cancels = |ok: bool| -> u64 {
+                fates
+                    .iter()
+                    .filter(|(f, _)| (f.as_str() == "cancel") == ok && f.starts_with("cancel"))
+                    .map(|(_, n)| n)
+                    .sum()
+            };
+            Some(history_check::check(
+                before,
+                after,
+                history_check::Seen {
+                    reserved: granted.len() as u64,
+                    confirmed: seen.confirmed.len() as u64,
+                    cancelled: cancels(true),
+                    sold_out: sold_out_ms.len() as u64,
+                    reserves_unanswered,
+                    confirms_unanswered: seen.confirm_unanswered.len() as u64,
+                    cancels_not_acknowledged: cancels(false),
+                },
+            ))
+        }
+        _ => None,
+    };
+    let verdict = (cfg.system != System::Ceiling).then(|| {
+        let mut v = verdict::judge(&seen);
+        if let Some(h) = &history {
+            v.violations.extend(h.violations.iter().cloned());
+        }
+        v
+    });
     Report::judged(Report {
         system: cfg.system,
         base: cfg.base.clone(),
@@ -1560,6 +1623,7 @@ fn report(cfg: &Config, m: Measured, read_retries: u64, incomplete: Option<Strin
         escrow,
         pow: None,
         audit: m.audit,
+        history,
         status: Status::Pass,
     })
 }

@@ -446,6 +446,24 @@ impl EdgeCache {
         self.report_mut(product_id).pow_infinite_queued += 1;
     }
 
+    /// Counts a reserve the edge refused itself (`code`: sold out or not
+    /// admitted from the snapshot, or over the buyer's rate limit), for the
+    /// next report and so the product's history. Only for a product this
+    /// isolate holds a snapshot of: a script's requests for ids nobody
+    /// lists must not crowd the real products' reports out of the map.
+    pub fn edge_refused(&mut self, product_id: &str, code: ProblemCode) {
+        if !self.entries.contains_key(product_id) {
+            return;
+        }
+        let report = self.report_mut(product_id);
+        match code {
+            ProblemCode::SoldOut => report.edge_sold_out += 1,
+            ProblemCode::NotAdmitted => report.edge_not_admitted += 1,
+            ProblemCode::RateLimited => report.edge_rate_limited += 1,
+            _ => {}
+        }
+    }
+
     fn report_mut(&mut self, product_id: &str) -> &mut Arrivals {
         if self.pending.len() >= EDGE_PRODUCTS_MAX && !self.pending.contains_key(product_id) {
             self.pending.clear();

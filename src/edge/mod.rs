@@ -6,7 +6,8 @@
 //! which of a product's stock shards a command goes to (`shards`). The
 //! waiting room's answers (`room`): its tickets (`ticket`), the proof of
 //! work at the join (`pow`) and the checkable record of the room
-//! (`record`). The reads it serves beside its objects (`admin`), the pages
+//! (`record`). The reads it serves beside its objects (`admin`), a
+//! product's history merged from its objects' (`history`), the pages
 //! it serves (`page`) and the files it serves as they are (`assets`).
 //! Pure: `crate::wasm::edge` executes it. Never imports `crate::object`.
 
@@ -15,6 +16,7 @@ pub mod assets;
 pub mod auth;
 pub mod cache;
 pub mod catalog;
+pub mod history;
 pub mod page;
 pub mod pipeline;
 pub mod pow;

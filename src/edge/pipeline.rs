@@ -30,6 +30,7 @@ use crate::edge::room::{self, Decided, RoomRoute};
 use crate::edge::routes::{self, ApiRoute, Incoming, OrdersQuery, Route};
 use crate::edge::shards::{self, Target};
 use crate::edge::ticket::TicketClaims;
+use crate::http::codes::ProblemCode;
 use crate::http::problem::Problem;
 use crate::http::reply::Reply;
 use crate::http::time::rfc3339;
@@ -119,6 +120,9 @@ pub enum Step<'a> {
         product_id: String,
         query: OrdersQuery,
     },
+    /// The product's history: home's, then its stock shards', merged
+    /// (`edge::admin::history_body`).
+    History { product_id: String },
 }
 
 /// A signature for the runtime to verify.
@@ -258,6 +262,13 @@ impl<'a> Pipeline<'a> {
             match answer {
                 LimitAnswer::Within => {}
                 LimitAnswer::Over => {
+                    if let Stage::SecondLimit(Api {
+                        cmd: Command::Reserve { product_id, .. },
+                        ..
+                    }) = &self.stage
+                    {
+                        cache.edge_refused(product_id, ProblemCode::RateLimited);
+                    }
                     let policy = self.settings.rate_limits.of(self.limiter);
                     return self.end(Step::Refuse(rate_limit::limited(self.limiter, policy)));
                 }
@@ -582,6 +593,9 @@ impl<'a> Pipeline<'a> {
                 product_id: api.product_id,
                 command: api.cmd,
             },
+            Command::History { .. } => Step::History {
+                product_id: api.product_id,
+            },
             _ => self.forward(api, 1, None),
         }
     }
@@ -630,6 +644,7 @@ impl<'a> Pipeline<'a> {
         let index = shards::shard_of(&api.cmd, shards, &self.settings.shard_key);
         if let Command::Reserve { buyer, ticket, .. } = &api.cmd {
             if let Some(p) = snapshot.reserve_answer(buyer, index, ticket.as_ref(), now_ms) {
+                cache.edge_refused(&api.product_id, p.code);
                 return Step::Refuse(p);
             }
             cache.routed(&api.product_id, index);
@@ -903,6 +918,7 @@ mod tests {
         List(bool),
         Drift,
         Orders(Option<u64>),
+        History,
     }
 
     fn kind(cmd: &Command) -> &'static str {
@@ -1032,6 +1048,7 @@ mod tests {
                 Step::List { all } => return (seen, End::List(all), None),
                 Step::Drift { .. } => return (seen, End::Drift, None),
                 Step::Orders { query, .. } => return (seen, End::Orders(query.after), None),
+                Step::History { .. } => return (seen, End::History, None),
             };
         }
         panic!("no end after 20 steps: {seen:?}");
@@ -1369,6 +1386,12 @@ mod tests {
                 "/admin/products/p1/orders?after=5",
                 vec![p1(Seen::Listed)],
                 End::Orders(Some(5)),
+            ),
+            (
+                "GET",
+                "/admin/products/p1/history",
+                vec![p1(Seen::Listed)],
+                End::History,
             ),
             // A configure lists the product first, and names none that must
             // exist.

@@ -33,6 +33,7 @@ pub enum RouteKind {
     Live,
     AdminDrift,
     AdminOrders,
+    AdminHistory,
     OpenApi,
     Session,
     GetProduct,
@@ -134,6 +135,11 @@ pub const ROUTES: &[(&str, &str, RouteKind)] = &[
         RouteKind::AdminOrders,
     ),
     (
+        "GET",
+        "/admin/products/{product_id}/history",
+        RouteKind::AdminHistory,
+    ),
+    (
         "POST",
         "/admin/products/{product_id}/reservations/{reservation_id}/void",
         RouteKind::AdminVoid,
@@ -201,6 +207,9 @@ pub enum ApiRoute {
     /// read token (as the drift is), so that the console needs no token of
     /// the origin's and the origin no CORS.
     AdminOrders(String),
+    /// The product's history, read from home and its stock shards and
+    /// merged by the edge (`edge::admin::history_body`).
+    AdminHistory(String),
     AdminRestock(String),
     AdminVoid(String, String),
 }
@@ -213,6 +222,7 @@ impl ApiRoute {
                 | ApiRoute::AdminStats(_)
                 | ApiRoute::AdminDrift(_)
                 | ApiRoute::AdminOrders(_)
+                | ApiRoute::AdminHistory(_)
                 | ApiRoute::AdminRestock(_)
                 | ApiRoute::AdminVoid(..)
         )
@@ -237,6 +247,7 @@ impl ApiRoute {
             | ApiRoute::AdminStats(p)
             | ApiRoute::AdminDrift(p)
             | ApiRoute::AdminOrders(p)
+            | ApiRoute::AdminHistory(p)
             | ApiRoute::AdminRestock(p)
             | ApiRoute::AdminVoid(p, _) => p,
         }
@@ -378,6 +389,7 @@ pub fn route(method: &str, path: &str) -> Result<Route, Problem> {
         },
         RouteKind::AdminDrift => Route::Api(ApiRoute::AdminDrift(product()?)),
         RouteKind::AdminOrders => Route::Api(ApiRoute::AdminOrders(product()?)),
+        RouteKind::AdminHistory => Route::Api(ApiRoute::AdminHistory(product()?)),
         RouteKind::OpenApi => Route::OpenApi,
         RouteKind::Session => Route::Session,
         RouteKind::JoinQueue => Route::Queue {
@@ -675,6 +687,7 @@ pub fn parse_proven(
         ApiRoute::AdminStats(product_id)
         | ApiRoute::AdminDrift(product_id)
         | ApiRoute::AdminOrders(product_id) => Command::Stats { product_id },
+        ApiRoute::AdminHistory(product_id) => Command::History { product_id },
         ApiRoute::AdminVoid(product_id, rid) => Command::Void {
             reservation_id: internal(&product_id, &rid)?,
             product_id,
@@ -1109,6 +1122,7 @@ mod tests {
             ApiRoute::AdminStats(_) => RouteKind::AdminStats,
             ApiRoute::AdminDrift(_) => RouteKind::AdminDrift,
             ApiRoute::AdminOrders(_) => RouteKind::AdminOrders,
+            ApiRoute::AdminHistory(_) => RouteKind::AdminHistory,
             ApiRoute::AdminRestock(_) => RouteKind::AdminRestock,
             ApiRoute::AdminVoid(..) => RouteKind::AdminVoid,
         }

@@ -23,8 +23,8 @@ use std::cell::RefCell;
 
 use flashgate_core::escrow::{HomePush, ReportRefusal, ShardReply, ShardReport};
 use flashgate_core::{
-    AckOutcome, Archive, Change, Gate, HomeStep, LotteryKey, ReservationId, ReservationRow,
-    Restorer, Row,
+    AckOutcome, Archive, Bucket, Change, Gate, History, HistoryWrite, HomeStep, LotteryKey,
+    ReservationId, ReservationRow, Restorer, Row,
 };
 use flashgate_wire::{Batch, BatchResult};
 
@@ -94,6 +94,11 @@ pub trait Storage {
     fn each_paid_buyer(&mut self, each: &mut dyn FnMut(&str)) -> Result<(), StorageError>;
     /// Every paid reservation: for audits in tests.
     fn all_paid(&mut self) -> Result<Vec<ReservationRow>, StorageError>;
+    /// The product's history as stored (`flashgate_core::history`): its
+    /// step and its buckets, `None` before its first write.
+    fn load_history(&mut self) -> Result<Option<(u64, Vec<Bucket>)>, StorageError>;
+    /// Writes what `History::poll_write` handed over.
+    fn write_history(&mut self, w: &HistoryWrite) -> Result<(), StorageError>;
     /// Runs `body` as one transaction: if it returns an error, or the commit
     /// fails, none of its writes are stored (`transactionSync` in the
     /// Worker).
@@ -206,6 +211,9 @@ pub struct ProductObject {
     draws: u64,
     /// Whether home has tried to make its shards in this life.
     shards_made: bool,
+    /// Whether this event's transaction wrote rows: its history then goes
+    /// with them (`History::poll_write`).
+    wrote: bool,
 }
 
 impl ProductObject {
@@ -222,6 +230,7 @@ impl ProductObject {
             entropy,
             draws: 0,
             shards_made: false,
+            wrote: false,
         }
     }
 
@@ -266,9 +275,15 @@ impl ProductObject {
             None => None,
             Some(product_id) => {
                 let gate = restorer.finish().map_err(corrupt)?;
-                Some(Product::new(product_id, gate, &self.id_secret))
+                let mut product = Product::new(product_id, gate, &self.id_secret);
+                if let Some((step_ms, buckets)) = store.load_history()? {
+                    product.history = History::restore(step_ms, buckets)
+                        .map_err(|e| StorageError(format!("stored history is corrupt: {e:?}")))?;
+                }
+                Some(product)
             }
         };
+        self.wrote = false;
         self.delivery.work.rows_loaded = rows;
         self.product = product;
         self.poisoned = false;
@@ -287,9 +302,43 @@ impl ProductObject {
             return Ok(());
         }
         let create = created.then_some(p.id.as_str());
+        self.wrote = true;
         store.write(create, &changes).inspect_err(|_| {
             self.poisoned = true;
         })
+    }
+
+    /// Ends an event's transaction: notes the sale in its history, and
+    /// writes the history if the event wrote rows (so that every count of a
+    /// change of state is stored with the change) or its oldest unwritten
+    /// note is due (`limits::HISTORY_FLUSH_MS`; the alarm covers it).
+    fn persist_history(
+        &mut self,
+        store: &mut impl Storage,
+        now_ms: u64,
+    ) -> Result<(), StorageError> {
+        let wrote = std::mem::take(&mut self.wrote);
+        let Some(p) = self.product.as_mut() else {
+            return Ok(());
+        };
+        let mark = p.gate.mark(now_ms);
+        p.history.note(now_ms, p.gate.counters(), mark);
+        match p.history.poll_write(now_ms, wrote) {
+            Some(w) => store.write_history(&w).inspect_err(|_| {
+                self.poisoned = true;
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Notes the sale in its history after an event that writes nothing
+    /// (a batch of reads): in memory, written with a later event's rows or
+    /// by the alarm.
+    fn note_history(&mut self, now_ms: u64) {
+        if let Some(p) = self.product.as_mut() {
+            let mark = p.gate.mark(now_ms);
+            p.history.note(now_ms, p.gate.counters(), mark);
+        }
     }
 
     /// Group commit: runs a batch of commands in one transaction. Each is
@@ -315,13 +364,21 @@ impl ProductObject {
             // methods take it shared), so they write nothing and need no
             // transaction: what they read is committed, and one would cost a
             // savepoint and its release for nothing.
-            cmds.iter()
+            let replies = cmds
+                .iter()
                 .map(|cmd| self.decide(store, cmd, now_ms))
-                .collect()
+                .collect();
+            self.note_history(now_ms);
+            replies
         } else {
             store.atomically(|s| {
                 self.ensure_loaded(s)?;
-                cmds.iter().map(|cmd| self.decide(s, cmd, now_ms)).collect()
+                let replies = cmds
+                    .iter()
+                    .map(|cmd| self.decide(s, cmd, now_ms))
+                    .collect::<Result<Vec<_>, _>>()?;
+                self.persist_history(s, now_ms)?;
+                Ok(replies)
             })
         };
         if result.is_err() {
@@ -347,6 +404,17 @@ impl ProductObject {
     ) -> Result<Reply, StorageError> {
         if matches!(cmd, Command::Sync { .. }) {
             self.delivery.snapshots += 1;
+        }
+        if matches!(
+            cmd,
+            Command::History { .. }
+                | Command::Shard {
+                    operation: ShardOp::History,
+                    ..
+                }
+        ) {
+            // What the batch before decided is in the history it reads.
+            self.note_history(now_ms);
         }
         let existed = self.product.is_some();
         let reader = Reader::new(store);
@@ -446,6 +514,7 @@ impl ProductObject {
             let report = p.gate.poll_report(now_ms, need);
             let home = p.id.clone();
             self.persist(s, created)?;
+            self.persist_history(s, now_ms)?;
             Ok(report.map(|r| (home, r)))
         });
         if result.is_err() {
@@ -471,7 +540,10 @@ impl ProductObject {
             Ok(reply) => p.gate.handle_shard_reply(&reply),
             Err(_) => p.gate.handle_call_failed(now_ms),
         }
-        let written = store.atomically(|s| self.persist(s, false));
+        let written = store.atomically(|s| {
+            self.persist(s, false)?;
+            self.persist_history(s, now_ms)
+        });
         if written.is_err() {
             self.poisoned = true;
         }
@@ -513,6 +585,7 @@ impl ProductObject {
             let buyers = (report.levels.available == 0)
                 .then(|| BuyerFilter::from_bloom(p.gate.buyers_filter()));
             self.persist(s, created)?;
+            self.persist_history(s, now_ms)?;
             Ok(Some(ShardAnswer { report, buyers }))
         });
         if result.is_err() {
@@ -539,6 +612,7 @@ impl ProductObject {
             };
             let step = p.gate.handle_shard_report(now_ms, report, give_up);
             self.persist(s, false)?;
+            self.persist_history(s, now_ms)?;
             Ok(step)
         });
         if result.is_err() {
@@ -588,7 +662,10 @@ impl ProductObject {
                 *slot = Some(buyers);
             }
         }
-        let written = store.atomically(|s| self.persist(s, false));
+        let written = store.atomically(|s| {
+            self.persist(s, false)?;
+            self.persist_history(s, now_ms)
+        });
         if written.is_err() {
             self.poisoned = true;
         }
@@ -663,6 +740,7 @@ impl ProductObject {
                 None => 0,
             };
             self.persist(s, false)?;
+            self.persist_history(s, now_ms)?;
             Ok(expired)
         });
         if result.is_err() {
@@ -692,7 +770,9 @@ impl ProductObject {
     pub fn alarm_to_set(&self, now_ms: u64) -> Option<u64> {
         let gate = &self.product.as_ref()?.gate;
         // A stock shard also wakes to report home (`Gate::poll_report_at`).
-        let next = [gate.poll_timeout(), gate.poll_report_at(now_ms)]
+        // And to write the history's unwritten notes when they are due.
+        let history = self.product.as_ref()?.history.flush_at();
+        let next = [gate.poll_timeout(), gate.poll_report_at(now_ms), history]
             .into_iter()
             .flatten()
             .min()?;
@@ -768,7 +848,10 @@ impl ProductObject {
                 DeliveryOutcome::Failed { error, nacked }
             }
         };
-        let written = store.atomically(|s| self.persist(s, false));
+        let written = store.atomically(|s| {
+            self.persist(s, false)?;
+            self.persist_history(s, now_ms)
+        });
         if written.is_err() {
             // Nothing of it is stored, and the batch goes again: the
             // delivery telemetry must not count it yet.
@@ -799,7 +882,11 @@ impl ProductObject {
 
     /// When the gate next has work, as the alarm must cover it.
     pub fn next_deadline_ms(&self) -> Option<u64> {
-        self.product.as_ref()?.gate.poll_timeout()
+        let p = self.product.as_ref()?;
+        [p.gate.poll_timeout(), p.history.flush_at()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The alarm the object believes is set.

@@ -5,7 +5,9 @@
 //! `now_ms`, then writes the gate's changes and sends the reply. That keeps
 //! the mapping from outcomes to status codes testable natively.
 
-use flashgate_core::{AdminRefusal, Archive, CancelOutcome, ConfirmOutcome, Gate, ReserveOutcome};
+use flashgate_core::{
+    AdminRefusal, Archive, CancelOutcome, ConfirmOutcome, Gate, History, ReserveOutcome,
+};
 
 use crate::http::codes::{self, ProblemCode};
 use crate::http::problem::Problem;
@@ -14,7 +16,7 @@ use crate::http::time::rfc3339;
 use crate::http::views::{self, ShellStatus};
 use crate::ids::IdCodec;
 use crate::protocol::buyer_filter::BuyerFilter;
-use crate::protocol::{Command, ShardOp};
+use crate::protocol::{Command, HistoryAnswer, ShardOp};
 
 /// The product an object holds: its id, its gate, and the codec of its
 /// reservation ids, which exist together or not at all.
@@ -26,6 +28,9 @@ pub struct Product {
     /// the snapshot's `sold_out` carries for the edge. Memory only: after a
     /// restart home drains again before it says the product is sold out.
     pub shard_buyers: Vec<Option<BuyerFilter>>,
+    /// The sale over time (`flashgate_core::history`), noted after every
+    /// event and written beside the gate's rows (`ProductObject`).
+    pub history: History,
 }
 
 impl Product {
@@ -42,6 +47,7 @@ impl Product {
             id,
             gate,
             shard_buyers: vec![None; homes_shards],
+            history: History::default(),
         }
     }
 }
@@ -71,6 +77,8 @@ pub fn execute(
                     // Its call home failed: nothing can be decided.
                     ShardOp::Reserve { .. } => Problem::unavailable(0.5).into(),
                     ShardOp::Void { .. } => admin_problem(AdminRefusal::UnknownReservation).into(),
+                    // A shard never made has seen nothing.
+                    ShardOp::History => history_reply(1, &History::default()),
                     _ => Problem::unknown_reservation().into(),
                 };
             }
@@ -96,6 +104,14 @@ pub fn execute(
         }
         (None, cmd) => return Problem::unknown_product(cmd.product_id()).into(),
     };
+    if let Command::History { .. } = cmd {
+        let shards = if p.gate.shard_index() == 0 {
+            p.gate.shards()
+        } else {
+            1
+        };
+        return history_reply(shards, &p.history);
+    }
     let (id, ids) = (p.id.as_str(), &p.ids);
     let g = &mut p.gate;
     match cmd {
@@ -162,10 +178,23 @@ pub fn execute(
         },
         // The shell answers these itself, outside any batch
         // (`ProductObject::answer_report`, `answer_push`); a shard's
-        // operation was unwrapped above.
-        Command::Report { .. } | Command::Push { .. } | Command::Shard { .. } => {
-            Problem::internal().into()
-        }
+        // operation was unwrapped above, and a history answered.
+        Command::Report { .. }
+        | Command::Push { .. }
+        | Command::Shard { .. }
+        | Command::History { .. } => Problem::internal().into(),
+    }
+}
+
+/// An object's history, as the edge merges it (`HistoryAnswer`).
+fn history_reply(shards: u16, history: &History) -> Reply {
+    let answer = HistoryAnswer {
+        shards,
+        history: history.served(),
+    };
+    match serde_json::to_value(answer) {
+        Ok(body) => Reply::ok(200, body),
+        Err(_) => Problem::internal().into(),
     }
 }
 

@@ -9,8 +9,9 @@
 //! in one turn of the event loop with nothing awaited in between.
 
 use flashgate_core::{
-    Admission, AdmissionRecord, Change, Config, Face, HoldState, ItemKey, Lottery, LotteryKey,
-    MetaRow, Mode, OutboxEntry, OutboxEvent, Pow, ReservationId, ReservationRow, Row,
+    Admission, AdmissionRecord, Bucket, Change, Config, Counters, Face, HistoryWrite, HoldState,
+    ItemKey, Lottery, LotteryKey, Mark, MetaRow, Mode, OutboxEntry, OutboxEvent, Pow,
+    ReservationId, ReservationRow, Row,
 };
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -114,6 +115,7 @@ const SCHEMA: &[&str] = &[
     KEY_INDEX,
     ESCROW_TABLE,
     ROOM_TABLE,
+    HISTORY_TABLE,
     // One row per event; the columns an event kind does not use are NULL.
     "CREATE TABLE IF NOT EXISTS outbox (
         seq INTEGER PRIMARY KEY,
@@ -171,6 +173,70 @@ const ROOM_TABLE: &str = "CREATE TABLE IF NOT EXISTS room_record (
         id INTEGER PRIMARY KEY CHECK (id = 1),
         lottery_key TEXT,
         record TEXT NOT NULL)";
+
+/// The product's history (`flashgate_core::history`), one row per time
+/// bucket: its counts as JSON (`Counters::named`, nonzero ones only) and
+/// its mark as JSON, since both are read and written whole. Every row has
+/// the history's step; a step that doubles rewrites them all. Created with
+/// the tables, and at load for products stored before it existed (no row:
+/// an empty history), so the schema version stays.
+const HISTORY_TABLE: &str = "CREATE TABLE IF NOT EXISTS history (
+        start_ms INTEGER PRIMARY KEY,
+        step_ms INTEGER NOT NULL,
+        counts TEXT NOT NULL,
+        mark TEXT NOT NULL)";
+
+#[derive(Deserialize)]
+struct HistorySql {
+    start_ms: u64,
+    step_ms: u64,
+    counts: String,
+    mark: String,
+}
+
+/// The stored history: its step and buckets, `None` if it has none.
+pub fn load_history(db: &mut impl SqlDb) -> Result<Option<(u64, Vec<Bucket>)>, StorageError> {
+    db.exec(HISTORY_TABLE, &[])?;
+    let rows: Vec<HistorySql> = db.query("SELECT * FROM history ORDER BY start_ms")?;
+    let Some(step_ms) = rows.first().map(|r| r.step_ms) else {
+        return Ok(None);
+    };
+    let mut buckets = Vec::with_capacity(rows.len());
+    for r in rows {
+        if r.step_ms != step_ms {
+            return Err(corrupt("history step"));
+        }
+        let counts: Counters =
+            serde_json::from_str(&r.counts).map_err(|_| corrupt("history counts"))?;
+        let mark: Mark = serde_json::from_str(&r.mark).map_err(|_| corrupt("history mark"))?;
+        buckets.push(Bucket {
+            start_ms: r.start_ms,
+            counts,
+            mark,
+        });
+    }
+    Ok(Some((step_ms, buckets)))
+}
+
+/// Writes what `History::poll_write` handed over: upserts by start, after
+/// deleting every row if the step doubled.
+pub fn write_history(db: &mut impl SqlDb, w: &HistoryWrite) -> Result<(), StorageError> {
+    if w.replace {
+        db.exec("DELETE FROM history", &[])?;
+    }
+    for b in &w.buckets {
+        db.exec(
+            "INSERT OR REPLACE INTO history (start_ms, step_ms, counts, mark) VALUES (?, ?, ?, ?)",
+            &[
+                int(b.start_ms),
+                int(w.step_ms),
+                SqlValue::Text(to_json(&b.counts)?),
+                SqlValue::Text(to_json(&b.mark)?),
+            ],
+        )?;
+    }
+    Ok(())
+}
 
 /// The states of a paid record, as stored.
 const PAID_STATES: &str = "state IN ('confirmed', 'voided')";
@@ -771,6 +837,14 @@ impl<D: SqlDb> Storage for D {
 
     fn all_paid(&mut self) -> Result<Vec<ReservationRow>, StorageError> {
         paid_rows(self, " ORDER BY id", &[])
+    }
+
+    fn load_history(&mut self) -> Result<Option<(u64, Vec<Bucket>)>, StorageError> {
+        load_history(self)
+    }
+
+    fn write_history(&mut self, w: &HistoryWrite) -> Result<(), StorageError> {
+        write_history(self, w)
     }
 
     fn atomically<T>(

@@ -57,6 +57,11 @@ pub enum Command {
     Stats {
         product_id: String,
     },
+    /// The object's history (`flashgate_core::history`), answered with a
+    /// `HistoryAnswer`; the edge merges home's with its shards'.
+    History {
+        product_id: String,
+    },
     Void {
         product_id: String,
         reservation_id: u64,
@@ -169,6 +174,8 @@ pub enum ShardOp {
     Void {
         reservation_id: u64,
     },
+    /// The shard's history, for the admin's read of the product's.
+    History,
 }
 
 impl ShardOp {
@@ -217,6 +224,7 @@ impl ShardOp {
             Command::Void { reservation_id, .. } => ShardOp::Void {
                 reservation_id: local_id(reservation_id),
             },
+            Command::History { .. } => ShardOp::History,
             _ => return None,
         })
     }
@@ -267,6 +275,7 @@ impl ShardOp {
                 product_id,
                 reservation_id,
             },
+            ShardOp::History => Command::History { product_id },
         }
     }
 
@@ -287,6 +296,15 @@ pub struct ShardAnswer {
     pub report: ShardReport,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buyers: Option<buyer_filter::BuyerFilter>,
+}
+
+/// An object's answer to `Command::History`: its own history, and the
+/// product's stock shards (home's count; 1 from a shard), whose histories
+/// the edge reads next.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HistoryAnswer {
+    pub shards: u16,
+    pub history: flashgate_core::Served,
 }
 
 /// The name of the object of stock shard `index` (≥ 1) of `product_id`. A
@@ -332,8 +350,9 @@ impl Command {
             Command::GetProduct { .. }
                 | Command::GetReservation { .. }
                 | Command::Stats { .. }
+                | Command::History { .. }
                 | Command::Shard {
-                    operation: ShardOp::Read { .. },
+                    operation: ShardOp::Read { .. } | ShardOp::History,
                     ..
                 }
         )
@@ -350,6 +369,7 @@ impl Command {
             | Command::Configure { product_id, .. }
             | Command::Restock { product_id, .. }
             | Command::Stats { product_id }
+            | Command::History { product_id }
             | Command::Void { product_id, .. }
             | Command::Sync { product_id, .. }
             | Command::Watch { product_id, .. }

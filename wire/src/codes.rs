@@ -47,6 +47,7 @@ problem_codes! {
     MethodNotAllowed => "method_not_allowed", 405, "Method not allowed";
     BodyTooLarge => "body_too_large", 413, "Request body too large";
     UnsupportedMediaType => "unsupported_media_type", 415, "Unsupported media type";
+    NotAcceptable => "not_acceptable", 406, "Not acceptable";
     MalformedJson => "malformed_json", 400, "Malformed JSON";
     InvalidBody => "invalid_body", 422, "Invalid request body";
     InvalidProductId => "invalid_product_id", 400, "Invalid product id";

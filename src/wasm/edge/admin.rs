@@ -1,6 +1,7 @@
 //! The admin's and the shop's reads that the edge serves itself: the list
-//! of products, a product's drift, and a page of its orders at the origin,
-//! each fetched as `edge::admin` says.
+//! of products, a product's drift, a page of its orders at the origin, and
+//! its history from its objects, each fetched as `edge::admin` and
+//! `edge::history` say.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -10,10 +11,12 @@ use worker::worker_sys::web_sys;
 use worker::{Delay, Env, Headers, Request, Response};
 
 use crate::edge::admin::{self, ListedIds, OriginAnswer, OriginRead};
+use crate::edge::history;
 use crate::edge::routes::OrdersQuery;
+use crate::edge::shards::target_at;
 use crate::http::problem::Problem;
 use crate::http::reply::Reply;
-use crate::protocol::Command;
+use crate::protocol::{Command, HistoryAnswer};
 use crate::settings::Settings;
 use crate::wasm::edge::objects::{catalog_stub, forward, lookup};
 use crate::wasm::edge::respond::product;
@@ -104,6 +107,69 @@ pub async fn orders_page(
         }
     };
     http::respond(&Reply::ok(200, admin::orders_body(read.await)))
+}
+
+/// `GET /admin/products/{id}/history`: home's history, then each of its
+/// stock shards', read at once and merged (`edge::history`). The form is
+/// settled before any object is asked; a shard that does not answer makes
+/// it 503, as a sum with a part missing would be wrong, not smaller.
+pub async fn history(
+    env: &Env,
+    product_id: &str,
+    accept: Option<&str>,
+) -> worker::Result<web_sys::Response> {
+    let format = match history::format(accept) {
+        Ok(f) => f,
+        Err(p) => return http::problem(p),
+    };
+    let cmd = Command::History {
+        product_id: product_id.to_string(),
+    };
+    let mut resp = match forward(env, product_id, &cmd).await {
+        Ok(r) => r,
+        Err(_) => return http::problem(unavailable()),
+    };
+    if resp.status_code() != 200 {
+        // Home's own refusal (an unknown product) is passed on.
+        return Ok(resp.into());
+    }
+    let Ok(home) = resp.json::<HistoryAnswer>().await else {
+        return http::problem(Problem::internal());
+    };
+    let shards = home.shards;
+    let reads = (1..shards).map(|index| {
+        let target = target_at(cmd.clone(), shards, index);
+        async move {
+            let mut resp = forward(env, &target.object, &target.command).await.ok()?;
+            if resp.status_code() != 200 {
+                return None;
+            }
+            resp.json::<HistoryAnswer>().await.ok()
+        }
+    });
+    let mut answers = vec![home];
+    for read in futures_util::future::join_all(reads).await {
+        match read {
+            Some(a) => answers.push(a),
+            None => return http::problem(unavailable()),
+        }
+    }
+    let objects = match history::histories(&answers) {
+        Ok(o) => o,
+        Err(e) => {
+            worker::console_error!("flashgate edge: {e}");
+            return http::problem(Problem::internal());
+        }
+    };
+    let body = history::body(product_id, &objects, format, now_ms());
+    http::raw(
+        200,
+        &body,
+        &[
+            ("content-type", format.content_type()),
+            ("cache-control", "no-store"),
+        ],
+    )
 }
 
 /// A GET to the origin with a bearer token, within `ORIGIN_TIMEOUT_MS`; the

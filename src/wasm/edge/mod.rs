@@ -4,7 +4,7 @@
 //! `request` reads a request's head and body, `objects` calls the
 //! product objects, the catalog and the rate limiters, `verify` has
 //! WebCrypto verify a provider's token signature, `admin` serves the
-//! product list, the drift and the orders, and `respond` builds the
+//! product list, the drift, the orders and the history, and `respond` builds the
 //! answers that are not JSON replies.
 
 mod admin;
@@ -162,6 +162,9 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
             } => return admin::drift_check(env, &settings, &product_id, &command).await,
             Step::Orders { product_id, query } => {
                 return admin::orders_page(&settings, &product_id, query).await
+            }
+            Step::History { product_id } => {
+                return admin::history(env, &product_id, parts.get(Field::Accept)).await
             }
         };
     }

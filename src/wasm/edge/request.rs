@@ -51,10 +51,12 @@ pub enum Field {
     Signature,
     AcceptLanguage,
     Upgrade,
+    /// Read by the history route only (`edge::history::format`).
+    Accept,
 }
 
 impl Field {
-    const ALL: [Field; 13] = [
+    const ALL: [Field; 14] = [
         Field::ContentLength,
         Field::ConnectingIp,
         Field::ContentType,
@@ -68,6 +70,7 @@ impl Field {
         Field::Signature,
         Field::AcceptLanguage,
         Field::Upgrade,
+        Field::Accept,
     ];
 
     fn name(self) -> &'static str {
@@ -85,6 +88,7 @@ impl Field {
             Field::Signature => signing::SIGNATURE_HEADER,
             Field::AcceptLanguage => "accept-language",
             Field::Upgrade => "upgrade",
+            Field::Accept => "accept",
         }
     }
 }
@@ -96,7 +100,7 @@ const _: () = {
         assert!(Field::ALL[i] as usize == i);
         i += 1;
     }
-    assert!(Field::Upgrade as usize + 1 == Field::ALL.len());
+    assert!(Field::Accept as usize + 1 == Field::ALL.len());
 };
 
 thread_local! {
