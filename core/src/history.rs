@@ -373,8 +373,11 @@ pub struct Refusals {
     pub infinite_queue: u64,
     pub not_admitted: u64,
     pub sold_out: u64,
+    /// Reserves the gate could not decide in time (`unavailable`, and
+    /// `overloaded` at the records' cap): asked to try again, not refused.
+    pub unavailable: u64,
     /// Every other refusal of a reserve (a buyer's limit, a closed sale, a
-    /// bad request, an overloaded object).
+    /// bad request).
     pub other: u64,
 }
 
@@ -458,13 +461,16 @@ impl Timeline {
             infinite_queue: total.pow_infinite_queued,
             not_admitted: r(ReserveKind::NotAdmitted) + total.edge_not_admitted,
             sold_out: r(ReserveKind::SoldOut) + total.edge_sold_out,
+            unavailable: r(ReserveKind::Unavailable) + r(ReserveKind::Overloaded),
             other: 0,
         };
         let named = r(ReserveKind::Reserved)
             + r(ReserveKind::Replayed)
             + r(ReserveKind::RateLimited)
             + r(ReserveKind::NotAdmitted)
-            + r(ReserveKind::SoldOut);
+            + r(ReserveKind::SoldOut)
+            + r(ReserveKind::Unavailable)
+            + r(ReserveKind::Overloaded);
         let at_objects: u64 = ReserveKind::ALL.iter().map(|&k| r(k)).sum();
         s.refused.other = at_objects - named;
         s.outbox_backlog = self.periods.last().map_or(0, |p| p.outbox_backlog);

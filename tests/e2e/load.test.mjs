@@ -74,6 +74,9 @@ test("a sale through the waiting room with dev sessions: pay, cancel and walk aw
   assert.ok(report.fates.pay <= 40, seen);
   assert.equal(report.verdict.violations.length, 0, seen);
   assert.equal(report.verdict.drift_units, 0, seen);
+  // The gate's history of the run agrees with what its buyers saw.
+  assert.deepEqual(report.history.violations, [], `${seen} ${JSON.stringify(report.history)}`);
+  assert.equal(report.history.history.confirmed, report.fates.pay, JSON.stringify(report.history));
   // Served in arrival order, but for the races a refresh leaves. The load
   // tool's fairness is Kendall's tau between the buyers' arrival order and
   // the order their units came, over the buyers who got one. The room
