@@ -9,6 +9,11 @@
 //
 // Figures are medians over runs with their spread (min-max). Never fails on
 // speed; exits non-zero only when a run could not be made.
+//
+// CPU is user + system time from /proc over each run's load, of every
+// serving process (and its children) and, beside it, of each database or
+// broker server the system uses; the cost model prices flashgate's
+// measured work at the platform's published prices (PRICES).
 import { execFileSync, spawn } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { createConnection } from "node:net";
@@ -104,6 +109,85 @@ function pidsOf(name) {
   return out;
 }
 
+const CLOCK_TICKS_PER_S = Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim());
+
+/** The CPU time (user + system, in ms) process `pid` and every process
+ * under it used: its own, its reaped children's (so that PostgreSQL's
+ * backends that exited during a run still count, in their postmaster), and
+ * its live children's, recursively. 0 once the process is gone. */
+function treeCpuMs(pid) {
+  try {
+    const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
+    // utime, stime, cutime, cstime: fields 14 to 17 of proc(5).
+    let ms = ((Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14])) * 1000) / CLOCK_TICKS_PER_S;
+    for (const task of readdirSync(`/proc/${pid}/task`)) {
+      const children = readFileSync(`/proc/${pid}/task/${task}/children`, "utf8").trim();
+      for (const c of children ? children.split(" ") : []) ms += treeCpuMs(Number(c));
+    }
+    return ms;
+  } catch {
+    return 0;
+  }
+}
+
+/** The command name of process `pid`, or "" once it is gone. */
+function commOf(pid) {
+  try {
+    return readFileSync(`/proc/${pid}/comm`, "utf8").trim();
+  } catch {
+    return "";
+  }
+}
+
+/** Each server's CPU so far, by name: the trees under its processes whose
+ * parent is not one of its own (PostgreSQL's postmaster, not each backend),
+ * by root pid. */
+function serverCpu(names) {
+  const out = {};
+  for (const name of names) {
+    out[name] = new Map();
+    for (const pid of pidsOf(name)) {
+      try {
+        const ppid = Number(readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ")[1]);
+        if (commOf(ppid) !== name) out[name].set(pid, treeCpuMs(pid));
+      } catch {}
+    }
+  }
+  return out;
+}
+
+/** The CPU each server used between two `serverCpu` readings, in ms. */
+function serverCpuSince(before, after) {
+  const out = {};
+  for (const [name, roots] of Object.entries(after)) {
+    out[name] = 0;
+    for (const [pid, ms] of roots) out[name] += Math.max(0, ms - (before[name]?.get(pid) ?? 0));
+  }
+  return out;
+}
+
+/** Each server's idle CPU, in ms per ms, once the servers are steady:
+ * windows are sampled until two in a row differ by at most a few ms (a
+ * checkpoint or a dropped database from the run before has passed), and
+ * the lower of those two is taken for each server. */
+async function idleRates(names) {
+  const windowMs = SMOKE ? 100 : 500;
+  const sample = async () => {
+    const before = serverCpu(names);
+    await sleep(windowMs);
+    return serverCpuSince(before, serverCpu(names));
+  };
+  const total = (d) => Object.values(d).reduce((a, b) => a + b, 0);
+  let prev = await sample();
+  for (let i = 0; i < 10; i++) {
+    const next = await sample();
+    const steady = Math.abs(total(next) - total(prev)) <= 5;
+    const rates = Object.fromEntries(names.map((n) => [n, Math.min(prev[n], next[n]) / windowMs]));
+    if (steady || i === 9) return rates;
+    prev = next;
+  }
+}
+
 /** Samples the peak RSS of `pids()` every 50 ms until stopped. */
 function peakRss(pids) {
   let peak = 0;
@@ -142,6 +226,14 @@ function pgDatabase(name) {
   return { url: PG.replace(/\/[^/]*$/, `/${name}`), drop: () => psql(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`) };
 }
 
+function mariaDatabase(name) {
+  const url = new URL(MYSQL);
+  const sql = (q) => execFileSync("mariadb", ["-h", url.hostname, "-P", url.port || "3306", "-u", decodeURIComponent(url.username) || "root", "-e", q]);
+  sql(`DROP DATABASE IF EXISTS ${name}`);
+  sql(`CREATE DATABASE ${name}`);
+  return { url: MYSQL.replace(/\/[^/]*$/, `/${name}`), drop: () => sql(`DROP DATABASE IF EXISTS ${name}`) };
+}
+
 /** flashgate on bare workerd with its origin on PostgreSQL. */
 async function startFlashgate({ stateDir, port } = {}) {
   const db = pgDatabase(`flashgate_compare_${process.pid}`);
@@ -151,23 +243,24 @@ async function startFlashgate({ stateDir, port } = {}) {
   return { gate, origin, db, async stop() { await gate.stop(); await origin.stop(); db.drop(); } };
 }
 
-function flashgateArgs(fg, w, seed, product) {
+function flashgateArgs(fg, w, seed, product, shards = 1) {
   return [
     "--system", "flashgate", "--url", fg.gate.url, "--product", product, "--stock", String(w.stock),
-    "--shares", "100,0,0", "--payment-keys", keys.PAYMENT_KEYS,
+    "--shards", String(shards), "--shares", "100,0,0", "--payment-keys", keys.PAYMENT_KEYS,
     "--origin", fg.origin.url, "--origin-read-token", keys.READ_TOKEN, ...common(w, seed),
   ];
 }
 
-/** Starts one recipe of bench/peers on a free port. */
-export async function startPeer(recipe, extra = []) {
+/** Starts one recipe of bench/peers on a free port, on the machine's test
+ * databases unless given others. */
+export async function startPeer(recipe, extra = [], { pgUrl = PG, mysqlUrl = MYSQL } = {}) {
   const port = await freePort();
   const env = {
     ...process.env,
     FLASHGATE_ADMIN_TOKEN: keys.ADMIN_TOKEN,
     FLASHGATE_BUYER_TOKEN_KEYS: keys.BUYER_TOKEN_KEYS,
-    PEERS_PG_URL: PG,
-    PEERS_MYSQL_URL: MYSQL,
+    PEERS_PG_URL: pgUrl ?? PG,
+    PEERS_MYSQL_URL: mysqlUrl ?? MYSQL,
   };
   const proc = spawn(bin("flashgate-peers"), ["serve", "--recipe", recipe, "--listen", `127.0.0.1:${port}`, ...extra], { env, stdio: ["ignore", "ignore", "pipe"] });
   let stderr = "";
@@ -196,6 +289,7 @@ const peerArgs = (peer, w, seed, product) => ["--system", "peer", "--url", peer.
 /** The database servers each system leans on, by process name. */
 const SERVERS = {
   flashgate: ["postgres"],
+  "flashgate, K = 8": ["postgres"],
   "ceiling (group)": [],
   "ceiling (each)": [],
   "lua-mq": ["redis-server", "beam.smp", "postgres"],
@@ -208,22 +302,44 @@ const SERVERS = {
   naive: ["postgres"],
 };
 
-/** One system, every workload, RUNS runs each. */
+/** One system, every workload, RUNS runs each. `start()` gives the
+ * system's serving processes as `procs()`, [name, pid] pairs. */
 async function measure(system, start, argsOf) {
   const rows = [];
   for (const [wi, w] of WORKLOADS.entries()) {
     const runs = [];
     for (let run = 0; run < (w.runs ?? RUNS); run++) {
       const s = await start();
-      const serverPeak = peakRss(() => SERVERS[system].flatMap(pidsOf));
-      const ownPeak = peakRss(() => s.pids());
+      const pids = () => s.procs().map(([, pid]) => pid);
       try {
+        // The servers are shared by every system, one run at a time: what
+        // they use during a run is that run's, less what they use idle
+        // (earlier runs' checkpoints, vacuum, the broker's own ticks),
+        // sampled just before it.
+        const idle = await idleRates(SERVERS[system]);
+        const serverPeak = peakRss(() => SERVERS[system].flatMap(pidsOf));
+        const ownPeak = peakRss(pids);
         const product = `cmp-w${wi}-r${run}-${Date.now() % 1e6}`;
-        const { report } = await load(argsOf(s, w, 1000 + run, product));
-        runs.push({ report, rss: ownPeak(), serverRss: serverPeak() });
+        const own0 = s.procs().map(([name, pid]) => [name, treeCpuMs(pid)]);
+        const servers0 = serverCpu(SERVERS[system]);
+        const t0 = performance.now();
+        let report, rss, serverRss;
+        try {
+          ({ report } = await load(argsOf(s, w, 1000 + run, product)));
+        } finally {
+          rss = ownPeak();
+          serverRss = serverPeak();
+        }
+        const seconds = (performance.now() - t0) / 1000;
+        const own = Object.fromEntries(s.procs().map(([name, pid], i) => [name, treeCpuMs(pid) - own0[i][1]]));
+        const servers = Object.fromEntries(
+          Object.entries(serverCpuSince(servers0, serverCpu(SERVERS[system]))).map(([name, ms]) => [
+            name,
+            Math.max(0, ms - (idle[name] ?? 0) * seconds * 1000),
+          ]),
+        );
+        runs.push({ report, rss, serverRss, cpu: { own, servers, idle, seconds } });
       } finally {
-        ownPeak();
-        serverPeak();
         await s.stop();
       }
     }
@@ -236,23 +352,25 @@ async function measure(system, start, argsOf) {
 
 async function systems() {
   const rows = [];
-  rows.push(
-    ...(await measure(
-      "flashgate",
-      async () => {
-        const fg = await startFlashgate();
-        return { ...fg, pids: () => [fg.gate.proc.pid, fg.origin.proc.pid] };
-      },
-      flashgateArgs,
-    )),
-  );
+  for (const shards of [1, 8]) {
+    rows.push(
+      ...(await measure(
+        shards === 1 ? "flashgate" : `flashgate, K = ${shards}`,
+        async () => {
+          const fg = await startFlashgate();
+          return { ...fg, procs: () => [["workerd", fg.gate.proc.pid], ["origin", fg.origin.proc.pid]] };
+        },
+        (fg, w, seed, product) => flashgateArgs(fg, w, seed, product, shards),
+      )),
+    );
+  }
   for (const mode of ["group", "each"]) {
     rows.push(
       ...(await measure(
         `ceiling (${mode})`,
         async () => {
           const c = await startCeiling();
-          return { ...c, pids: () => [c.proc.pid], stop: async () => { c.proc.kill("SIGTERM"); await sleep(100); } };
+          return { ...c, procs: () => [["workerd", c.proc.pid]], stop: async () => { c.proc.kill("SIGTERM"); await sleep(100); } };
         },
         (c, w, seed) => ["--system", "ceiling", "--url", `${c.url}/${mode}`, ...common(w, seed)],
       )),
@@ -263,14 +381,20 @@ async function systems() {
       ...(await measure(
         recipe,
         async () => {
+          // A fresh database per run, as flashgate's origin gets, so that
+          // no run pays for another's tables.
+          const pg = SERVERS[recipe].includes("postgres") ? pgDatabase(`peer_compare_${process.pid}`) : null;
+          const maria = SERVERS[recipe].includes("mariadbd") ? mariaDatabase(`peer_compare_${process.pid}`) : null;
           const zk = recipe === "zookeeper" ? await startZooKeeper() : null;
-          const p = await startPeer(recipe, zk ? ["--zk-hosts", zk.hosts] : []);
+          const p = await startPeer(recipe, zk ? ["--zk-hosts", zk.hosts] : [], { pgUrl: pg?.url, mysqlUrl: maria?.url });
           return {
             ...p,
-            pids: () => [p.proc.pid],
+            procs: () => [["peer", p.proc.pid]],
             async stop() {
               await p.stop();
               await zk?.stop();
+              pg?.drop();
+              maria?.drop();
             },
           };
         },
@@ -389,14 +513,37 @@ const fmt = (x, d = 0) => (x == null || Number.isNaN(x) ? "-" : x.toFixed(d));
 const spread = (xs, d = 0) => (xs.length > 1 ? ` (${fmt(Math.min(...xs), d)}-${fmt(Math.max(...xs), d)})` : "");
 const mib = (b) => (b / 1048576).toFixed(0);
 
+/** The servers' names as the table shows them. */
+const SERVER_NAMES = { postgres: "PostgreSQL", "redis-server": "Redis", "beam.smp": "RabbitMQ", mariadbd: "MariaDB", java: "ZooKeeper" };
+
+/** A run's CPU in ms: every serving process and every server, summed. */
+const cpuTotal = (run) => Object.values(run.cpu.own).reduce((a, b) => a + b, 0) + Object.values(run.cpu.servers).reduce((a, b) => a + b, 0);
+
+/** The CPU columns of one row: medians over its runs, per 1,000 buyers
+ * (the whole, then each process and server) and per 1,000 requests. */
+export function cpuColumns(r) {
+  const per = (ms, n) => (ms / n) * 1000;
+  const all = r.runs.map((x) => per(cpuTotal(x), x.report.buyers));
+  const perRequest = r.runs.map((x) => per(cpuTotal(x), x.report.requests));
+  const parts = (key) =>
+    Object.keys(r.runs[0].cpu[key])
+      .map((name) => `${SERVER_NAMES[name] ?? name} ${fmt(median(r.runs.map((x) => per(x.cpu[key][name], x.report.buyers))))}`)
+      .join(", ");
+  return {
+    perBuyers: median(all),
+    perRequests: median(perRequest),
+    cells: [`${fmt(median(all))}${spread(all)}`, parts("own"), parts("servers") || "-", `${fmt(median(perRequest))}${spread(perRequest)}`],
+  };
+}
+
 function table(rows) {
   const lines = [];
   for (const w of WORKLOADS) {
     const here = rows.filter((r) => r.workload === w.name);
     const fg = median(here.find((r) => r.system === "flashgate").runs.map((r) => r.report.throughput_rps));
     lines.push(`\n### ${w.name}, ${w.connections} connections\n`);
-    lines.push("| system | req/s | x flashgate | reserve p50 ms | p99 ms | sold-out answer p50 / p99 ms | oversold units | lost / duplicated orders | DB writes per reserve | peak PSS MiB (own / DB servers) |");
-    lines.push("|---|---|---|---|---|---|---|---|---|---|");
+    lines.push("| system | req/s | x flashgate | reserve p50 ms | p99 ms | sold-out answer p50 / p99 ms | oversold units | lost / duplicated orders | DB writes per reserve | peak PSS MiB (own / DB servers) | CPU ms per 1,000 buyers | of which serving processes | of which DB / broker servers | CPU ms per 1,000 requests |");
+    lines.push("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (const r of here) {
       const rps = r.runs.map((x) => x.report.throughput_rps);
       const p50 = r.runs.map((x) => x.report.endpoints.reserve?.latency.p50_ms ?? NaN);
@@ -409,10 +556,112 @@ function table(rows) {
       const so99 = r.runs.map((x) => x.report.sold_out_latency?.p99_ms).filter((x) => x != null);
       const soldOut = so50.length ? `${fmt(median(so50), 1)} / ${fmt(median(so99), 1)}` : "-";
       lines.push(
-        `| ${r.system} | ${fmt(median(rps))}${spread(rps)} | ${(median(rps) / fg).toFixed(2)} | ${fmt(median(p50), 1)}${spread(p50, 1)} | ${fmt(median(p99), 1)}${spread(p99, 1)} | ${soldOut} | ${over ?? "-"} | ${lost} | ${writes.length ? fmt(median(writes), 4) : "-"} | ${mib(median(r.runs.map((x) => x.rss)))} / ${mib(median(r.runs.map((x) => x.serverRss)))} |`,
+        `| ${r.system} | ${fmt(median(rps))}${spread(rps)} | ${(median(rps) / fg).toFixed(2)} | ${fmt(median(p50), 1)}${spread(p50, 1)} | ${fmt(median(p99), 1)}${spread(p99, 1)} | ${soldOut} | ${over ?? "-"} | ${lost} | ${writes.length ? fmt(median(writes), 4) : "-"} | ${mib(median(r.runs.map((x) => x.rss)))} / ${mib(median(r.runs.map((x) => x.serverRss)))} | ${cpuColumns(r).cells.join(" | ")} |`,
+      );
+    }
+    const lua = here.find((r) => r.system === "lua-mq");
+    if (lua) {
+      const ratio = (system) => {
+        const r = here.find((x) => x.system === system);
+        return r ? `${(cpuColumns(r).perBuyers / cpuColumns(lua).perBuyers).toFixed(2)}` : "-";
+      };
+      lines.push("", `flashgate's CPU per 1,000 buyers over the Lua recipe's (every process and server): ${ratio("flashgate")} at K = 1, ${ratio("flashgate, K = 8")} at K = 8.`);
+    }
+  }
+  return lines.join("\n");
+}
+
+/** The platform's published prices, in USD per million units beyond the
+ * Workers Paid plan's included usage, as the pages named said when read
+ * (`date`). Subrequests a Worker makes (its calls to an object) are not
+ * Workers requests; each is a Durable Objects request. */
+export const PRICES = {
+  date: "2026-12-05",
+  workers: {
+    page: "https://developers.cloudflare.com/workers/platform/pricing/",
+    // Standard usage model: 10 million requests and 30 million CPU ms a
+    // month included.
+    request: 0.3,
+    cpu_ms: 0.02,
+  },
+  durableObjects: {
+    page: "https://developers.cloudflare.com/durable-objects/platform/pricing/",
+    // HTTP requests, RPC sessions, WebSocket messages (20:1) and alarm
+    // invocations; 1 million a month included.
+    request: 0.15,
+    // Wall-clock time while an object is active, at 128 MB whatever it
+    // uses; 400,000 GB-s a month included.
+    gb_s: 12.5,
+    // SQLite-backed objects: 25 billion rows read and 50 million written a
+    // month included.
+    row_read: 0.001,
+    row_written: 1.0,
+  },
+  /** The memory an object is billed for, in GB (the page's examples count
+   * 128 MB as 0.128 GB). */
+  object_gb: 0.128,
+};
+
+/** What one click costs flashgate on the platform, as a model: its
+ * measured work per buyer priced at PRICES. Workers requests are every
+ * request the run sent; Workers CPU is all of workerd's (an upper bound:
+ * on the platform the objects' share is billed as their duration
+ * instead); Durable Objects requests and rows are the objects' own counts
+ * (`work` in the load report); each of the K objects is taken to be
+ * active for the whole run, at this machine's pace. */
+export function costOf(run, shards) {
+  const buyers = run.report.buyers;
+  const work = run.report.work ?? { events: NaN, rows_read: NaN, rows_written: NaN };
+  const units = {
+    request: run.report.requests / buyers,
+    cpu_ms: run.cpu.own.workerd / buyers,
+    do_request: work.events / buyers,
+    gb_s: (shards * run.cpu.seconds * PRICES.object_gb) / buyers,
+    row_read: work.rows_read / buyers,
+    row_written: work.rows_written / buyers,
+  };
+  const w = PRICES.workers;
+  const d = PRICES.durableObjects;
+  // USD per 10^6 clicks: units per click times USD per 10^6 units.
+  const usd = {
+    request: units.request * w.request,
+    cpu_ms: units.cpu_ms * w.cpu_ms,
+    do_request: units.do_request * d.request,
+    gb_s: units.gb_s * d.gb_s,
+    row_read: units.row_read * d.row_read,
+    row_written: units.row_written * d.row_written,
+  };
+  return { units, usd, total: Object.values(usd).reduce((a, b) => a + b, 0) };
+}
+
+function costTable(rows) {
+  const d = PRICES.durableObjects;
+  const usd = (x) => `$${x >= 0.01 ? x.toFixed(2) : x}`;
+  const lines = [
+    "### What a sale costs on the platform: a model",
+    "",
+    `Prices (USD per million, beyond the Workers Paid plan's included usage, whose $5 a month is left out), as published on ${PRICES.date}: Workers (${PRICES.workers.page}) ${usd(PRICES.workers.request)} per million requests, ${usd(PRICES.workers.cpu_ms)} per million CPU ms; Durable Objects (${d.page}) ${usd(d.request)} per million requests (alarms and WebSocket messages included), ${usd(d.gb_s)} per million GB-s of duration (${PRICES.object_gb * 1000} MB an object while active), SQLite rows ${usd(d.row_read)} per million read and ${usd(d.row_written)} per million written.`,
+    "",
+    "A click is one buyer of the workload with every request it caused (its reserve and retries; in the reserve-heavy workload the payment backend's confirm too). Measured per click on this run: Workers requests from flashgate-load's count; workerd's CPU, all of it billed as Workers CPU (an upper bound: the objects' share is billed as duration instead); the objects' requests, alarms and rows from their own counts (`work.isolate` in the stats, end less start of the run); duration as K objects active for the whole run at this machine's pace. The origin is the shop's own server and is left out. A model, not a bill: the platform's CPU per request and its pace differ from this machine's.",
+    "",
+    "| workload | K | Workers requests / click | workerd CPU ms / click | object requests / click | object rows read / written per click | USD per 10^6 clicks: requests, CPU, object requests, duration, rows read, rows written | USD per 10^6 clicks |",
+    "|---|---|---|---|---|---|---|---|",
+  ];
+  const totals = [];
+  for (const w of WORKLOADS) {
+    for (const [system, shards] of [["flashgate", 1], ["flashgate, K = 8", 8]]) {
+      const r = rows.find((x) => x.workload === w.name && x.system === system);
+      if (!r) continue;
+      const costs = r.runs.map((x) => costOf(x, shards));
+      const m = (f) => median(costs.map(f));
+      const total = costs.map((c) => c.total);
+      totals.push(`${w.name.split(":")[0]} at K = ${shards}: $${fmt(median(total), 2)}`);
+      lines.push(
+        `| ${w.name.split(":")[0]} | ${shards} | ${fmt(m((c) => c.units.request), 2)} | ${fmt(m((c) => c.units.cpu_ms), 3)} | ${fmt(m((c) => c.units.do_request), 2)} | ${fmt(m((c) => c.units.row_read), 1)} / ${fmt(m((c) => c.units.row_written), 2)} | ${["request", "cpu_ms", "do_request", "gb_s", "row_read", "row_written"].map((k) => `$${fmt(m((c) => c.usd[k]), 3)}`).join(", ")} | **$${fmt(median(total), 2)}**${spread(total, 2)} |`,
       );
     }
   }
+  lines.push("", `Per 10^6 clicks (model): ${totals.join("; ")}.`);
   return lines.join("\n");
 }
 
@@ -479,7 +728,10 @@ async function main() {
     `Machine: ${machine()}. Shared and noisy: read ratios, not absolutes.`,
     "",
     "Every system gets the same sale from flashgate-load: buyers arrive at once (burst), each reserves one unit with its own token and Idempotency-Key, retrying network errors with the same key. flashgate's buyers then all pay (the order reaches the origin's PostgreSQL through the outbox); a peer makes its order at the reserve. The ceiling keeps no stock: it shows the runtime's own limit for one object. DB writes are the origin's order rows for flashgate and every write statement for a peer (a conditional update that matched nothing counts). Peak memory is PSS (proportional set size, shared pages split among the processes sharing them), sampled every 50 ms: the serving processes (workerd and the origin; the peer), then the database servers the system uses. The database servers are shared by every system and carry what earlier runs left in their caches.",
+    "CPU is user + system time from /proc over each run, of every serving process (workerd and the origin; the peer, its Lua recipe's consumer in the same process) and, beside it, of each database or broker server the system uses (PostgreSQL counted from its postmaster, which takes in the CPU of its backends as they exit). Runs go one at a time, and a peer gets a fresh database per run as flashgate's origin does; the servers' idle CPU, sampled once they are steady just before each run, is taken off their share, so what is left is the run's.",
     table(rows),
+    "",
+    costTable(rows),
     "",
     "### Fault runs",
     "",

@@ -199,6 +199,7 @@ async function main() {
   console.log(`cpu ratio object reads / ceiling-hop:  ${cpuRatio(m.objectReads, m.hop)}`);
   console.log(`cpu ratio sold-out / ceiling-plain:    ${cpuRatio(m.soldOut, m.plain)}`);
   console.log(`cpu ratio polls / ceiling-plain:       ${cpuRatio(m.polls, m.plain)}`);
+  console.log(`cpu ratio reads / ceiling-plain:       ${cpuRatio(m.reads, m.plain)}  (product reads at the edge; target 0.8)`);
   const kinds = (rs) => JSON.stringify(rs.reduce((a, r) => { for (const [k, v] of Object.entries(r.errorKinds)) a[k] = (a[k] ?? 0) + v; return a; }, {}));
   // Client-side errors (connection resets and the like), for every row, so
   // that the gate's can be told from the runtime's.

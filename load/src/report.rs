@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+use flashgate_wire::stats::IsolateWork;
 use serde::Serialize;
 
 use crate::measure::Latency;
@@ -128,6 +129,11 @@ pub struct Report {
     /// (the console's polls) are not counted; buyers of the same product
     /// outside the run would be.
     pub reached_object: Option<f64>,
+    /// What the platform would bill the gate's Durable Objects for over
+    /// the run (flashgate only): the stats' `work.isolate` at the end less
+    /// at the start. On bare workerd every object of the product shares
+    /// one isolate, so this is all K shards' work.
+    pub work: Option<IsolateWork>,
     /// From the start to the first sold-out answer.
     pub sell_out_ms: Option<u64>,
     /// From the last buyer's end until the outbox was empty (flashgate) or
@@ -364,6 +370,13 @@ impl Report {
             opt(self.sell_out_ms),
             opt(self.settle_ms)
         );
+        if let Some(w) = &self.work {
+            let _ = writeln!(
+                out,
+                "the objects' billed work: {} events (requests and alarms), {} SQLite rows read, {} written",
+                w.events, w.rows_read, w.rows_written
+            );
+        }
         let _ = writeln!(
             out,
             "fairness (Kendall tau, arrival vs. service, {} buyers with units): {}",

@@ -20,7 +20,7 @@ use flashgate_wire::codes::ProblemCode;
 use flashgate_wire::keys::KeySet;
 use flashgate_wire::peer::{PeerOrders, PeerSetup, PeerStats};
 use flashgate_wire::signing::{self, Purpose};
-use flashgate_wire::stats::{GateStats, OriginTotals};
+use flashgate_wire::stats::{GateStats, IsolateWork, OriginTotals};
 use flashgate_wire::token::{self, Claims};
 use indicatif::{ProgressBar, ProgressStyle};
 use reqwest::{Client, RequestBuilder};
@@ -1521,6 +1521,17 @@ fn report(cfg: &Config, m: Measured, read_retries: u64, incomplete: Option<Strin
         }
         _ => None,
     };
+    let work = match (&m.before, &m.last) {
+        (Some(Stats::Gate(b)), Some(Stats::Gate(a))) => {
+            let (b, a) = (&b.work.isolate, &a.work.isolate);
+            Some(IsolateWork {
+                events: a.events.saturating_sub(b.events),
+                rows_read: a.rows_read.saturating_sub(b.rows_read),
+                rows_written: a.rows_written.saturating_sub(b.rows_written),
+            })
+        }
+        _ => None,
+    };
     let shares = match cfg.system {
         System::Flashgate => {
             let used = cfg.shares.followed(cfg.payment_keys.is_some());
@@ -1604,6 +1615,7 @@ fn report(cfg: &Config, m: Measured, read_retries: u64, incomplete: Option<Strin
         unavailable_answers,
         escrow_waits: EscrowWaits::of(&waits),
         reached_object,
+        work,
         sell_out_ms: None,
         settle_ms: m.settle_ms,
         fairness_tau: kendall_tau(&ranks),

@@ -6,9 +6,11 @@ use flashgate_core::{
     ReserveKind, Stats, Voided,
 };
 use flashgate_wire::lottery::commitment;
+use flashgate_wire::stats::IsolateWork;
 use flashgate_wire::{CounterStats, GateStats, OutboxStats, QueueStats, SaleState};
 use serde::Serialize;
 use serde_json::Value;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::http::time::rfc3339;
 use crate::ids::IdCodec;
@@ -38,6 +40,35 @@ fn wasm_memory_bytes() -> u64 {
     #[cfg(not(target_arch = "wasm32"))]
     {
         0
+    }
+}
+
+/// The billed work of every object in this isolate (`IsolateWork`):
+/// counted by the object shells, which handle the events and run the SQL.
+/// Plain counters, never stored, so that counting costs no write: wasm32
+/// has one thread, and the atomics are only how a `static` is mutable
+/// without `unsafe`.
+static EVENTS: AtomicU64 = AtomicU64::new(0);
+static ROWS_READ: AtomicU64 = AtomicU64::new(0);
+static ROWS_WRITTEN: AtomicU64 = AtomicU64::new(0);
+
+/// One more request, alarm or WebSocket message handled by an object.
+pub fn count_event() {
+    EVENTS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// SQLite rows read and written by an object's statements.
+pub fn count_rows(read: u64, written: u64) {
+    ROWS_READ.fetch_add(read, Ordering::Relaxed);
+    ROWS_WRITTEN.fetch_add(written, Ordering::Relaxed);
+}
+
+/// The isolate's work counted so far.
+pub fn isolate_work() -> IsolateWork {
+    IsolateWork {
+        events: EVENTS.load(Ordering::Relaxed),
+        rows_read: ROWS_READ.load(Ordering::Relaxed),
+        rows_written: ROWS_WRITTEN.load(Ordering::Relaxed),
     }
 }
 
@@ -372,6 +403,7 @@ pub fn stats(product_id: &str, s: &Stats, admit_per_s: u32, delivery: &ShellStat
         snapshots: delivery.snapshots,
         work: flashgate_wire::stats::WorkStats {
             wasm_memory_bytes: wasm_memory_bytes(),
+            isolate: isolate_work(),
             ..delivery.work.clone()
         },
         counters,

@@ -7,7 +7,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 
 process.env.FLASHGATE_COMPARE_SMOKE = "1";
-const { main } = await import("../../bench/compare.mjs");
+const { main, cpuColumns, costOf } = await import("../../bench/compare.mjs");
 
 const VERDICT_PEERS = ["lua-mq", "redis-lock", "optimistic-pg", "optimistic-mariadb", "lock-table", "for-update", "zookeeper"];
 
@@ -22,6 +22,30 @@ test("the same sale against flashgate, the ceiling and every recipe; the article
   // Database writes per click: at most stock / clicks + 1%.
   assert.ok(fg.db_writes_per_reserve <= fg.stock_total / fg.buyers + 0.01, `writes per reserve ${fg.db_writes_per_reserve}: ${show(fg)}`);
   assert.ok(fg.reached_object < 1, `some requests were answered at the edge: ${fg.reached_object}`);
+
+  const k8 = bySystem["flashgate, K = 8"];
+  assert.deepEqual(k8.verdict.violations, [], `flashgate at K = 8: ${show(k8)}`);
+  assert.equal(k8.outcomes.reserved, k8.stock_total, `every unit sold at K = 8: ${show(k8)}`);
+
+  // The CPU columns are filled for every row: every serving process and
+  // every server the system uses has a figure, and flashgate's are not 0.
+  for (const r of rows) {
+    const cpu = r.runs[0].cpu;
+    const figures = [...Object.values(cpu.own), ...Object.values(cpu.servers)];
+    assert.ok(Object.keys(cpu.own).length > 0 && figures.every((ms) => Number.isFinite(ms) && ms >= 0), `${r.system}: ${JSON.stringify(cpu)}`);
+    const { perBuyers, perRequests, cells } = cpuColumns(r);
+    assert.ok(Number.isFinite(perBuyers) && Number.isFinite(perRequests), `${r.system}: ${cells}`);
+    assert.equal(cells[2] === "-", Object.keys(cpu.servers).length === 0, `${r.system}: a server's column is filled when it has servers: ${cells}`);
+    if (r.system.startsWith("flashgate")) assert.ok(cpu.own.workerd > 0 && perBuyers > 0, `${r.system}: ${JSON.stringify(cpu)}`);
+  }
+  // The cost model has every unit it prices: the objects counted their
+  // requests and the rows they wrote.
+  for (const [system, shards] of [["flashgate", 1], ["flashgate, K = 8", 8]]) {
+    const run = rows.find((r) => r.system === system).runs[0];
+    assert.ok(run.report.work.events > 0 && run.report.work.rows_written > 0, `${system}: ${JSON.stringify(run.report.work)}`);
+    const cost = costOf(run, shards);
+    assert.ok(Number.isFinite(cost.total) && cost.total > 0, `${system}: ${JSON.stringify(cost)}`);
+  }
 
   for (const recipe of VERDICT_PEERS) {
     const r = bySystem[recipe];

@@ -95,12 +95,17 @@ describe("idempotency", () => {
     let s = (await api.stats(product)).body;
     assert.equal(s.held, 2, why("stock taken once"));
     assertI1(s, 10);
+    // The isolate's billed work (other tests share it, so only lower
+    // bounds): each request reached the object, and the hold was written.
+    const work = s.work.isolate;
+    assert.ok(work.events >= 51 && work.rows_written >= 1, why(JSON.stringify(work)));
 
     const conflict = await api.reserve(product, "alice", 3, key);
     assert.equal(conflict.status, 422);
     assert.equal(conflict.body.code, "idempotency_conflict");
     s = (await api.stats(product)).body;
     assert.equal(s.held, 2);
+    assert.ok(s.work.isolate.events >= work.events + 2, why(`the refusal and the stats read are events: ${JSON.stringify(s.work.isolate)}`));
   });
 });
 

@@ -105,6 +105,24 @@ pub struct WorkStats {
     /// The isolate's WebAssembly memory, in bytes: it only grows, so it is
     /// the peak of every object in the isolate (0 outside wasm).
     pub wasm_memory_bytes: u64,
+    /// What the platform bills, counted for every object of the isolate.
+    #[serde(default)]
+    pub isolate: IsolateWork,
+}
+
+/// The billed work of every Durable Object in one isolate since it
+/// started: the units Durable Objects are priced in. On bare workerd every
+/// object of the Worker shares one isolate, so these are all of a
+/// product's shards; on the platform, an object's own isolate's.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IsolateWork {
+    /// Requests and alarms the objects handled (WebSocket messages
+    /// included), each a billed request.
+    pub events: u64,
+    /// SQLite rows read and written, as the runtime's cursors count them:
+    /// the figures the platform bills.
+    pub rows_read: u64,
+    pub rows_written: u64,
 }
 
 /// The waiting room, if the product has one.

@@ -7,6 +7,7 @@
 use worker::{durable_object, DurableObject, Env, Method, Request, Response, State};
 
 use crate::http::problem::Problem;
+use crate::http::views;
 use crate::object::catalog::{self, Registered};
 use crate::wasm::http;
 use crate::wasm::object::sqlite::DoSql;
@@ -22,6 +23,7 @@ impl DurableObject for Catalog {
     }
 
     async fn fetch(&self, mut req: Request) -> worker::Result<Response> {
+        views::count_event();
         let mut db = DoSql::new(&self.state);
         let path = req.path();
         match (req.method(), path.as_str()) {

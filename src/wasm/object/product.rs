@@ -28,6 +28,7 @@ use worker::{
 };
 
 use crate::http::problem::Problem;
+use crate::http::views;
 use crate::object::delivery::{self, Attempt};
 use crate::object::group_commit::{Answer, Batcher};
 use crate::object::home_call::{AskHold, BatchCalls};
@@ -779,10 +780,12 @@ impl ProductGate {
     }
 
     pub async fn fetch(&self, req: web_sys::Request) -> Result<web_sys::Response, JsValue> {
+        views::count_event();
         Ok(self.handle(req).await?)
     }
 
     pub async fn alarm(&self) -> Result<JsValue, JsValue> {
+        views::count_event();
         let expired = self
             .object
             .borrow_mut()
@@ -809,6 +812,7 @@ impl ProductGate {
         ws: web_sys::WebSocket,
         _message: JsValue,
     ) -> Result<JsValue, JsValue> {
+        views::count_event();
         ws.close_with_code_and_reason(live::CLOSE_POLICY, "viewers only listen")?;
         Ok(JsValue::NULL)
     }

@@ -5,6 +5,7 @@ use serde::de::DeserializeOwned;
 use worker::wasm_bindgen::{self, prelude::wasm_bindgen, JsCast, JsValue};
 use worker::{js_sys, State};
 
+use crate::http::views;
 use crate::limits::ROWS_PER_CALL_MAX;
 use crate::object::product::StorageError;
 use crate::object::sql::{SqlDb, SqlValue};
@@ -23,12 +24,21 @@ extern "C" {
     ) -> Result<JsValue, JsValue>;
 }
 
+// The rows each statement read and wrote are summed here, in JavaScript,
+// from its cursor's counts (for a query, once the cursor is spent), and
+// taken into `views::count_rows` when a `DoSql` is dropped: once per batch,
+// alarm or load, never a crossing per statement.
 #[wasm_bindgen(inline_js = "
+let read = 0, written = 0;
+function count(cursor) {
+  read += cursor.rowsRead;
+  written += cursor.rowsWritten;
+}
 function run(sql, query, params) {
   return params.length === 0 ? sql.exec(query) : sql.exec(query, ...JSON.parse(params));
 }
 export function sql_exec(sql, query, params) {
-  run(sql, query, params);
+  count(run(sql, query, params));
 }
 export function sql_open(sql, query, params) {
   return run(sql, query, params);
@@ -37,10 +47,23 @@ export function sql_rows(cursor, max) {
   const rows = [];
   for (let i = 0; i < max; i++) {
     const r = cursor.next();
-    if (r.done) break;
+    if (r.done) {
+      count(cursor);
+      break;
+    }
     rows.push(r.value);
   }
   return JSON.stringify(rows);
+}
+export function sql_take_rows_read() {
+  const n = read;
+  read = 0;
+  return n;
+}
+export function sql_take_rows_written() {
+  const n = written;
+  written = 0;
+  return n;
 }")]
 extern "C" {
     /// Runs a statement: `params` is a JSON array of its bindings, or
@@ -59,6 +82,10 @@ extern "C" {
     /// converts each row field by field.
     #[wasm_bindgen(catch)]
     fn sql_rows(cursor: &JsValue, max: u32) -> Result<String, JsValue>;
+
+    /// The rows read since the last take, and the same of rows written.
+    fn sql_take_rows_read() -> f64;
+    fn sql_take_rows_written() -> f64;
 }
 
 pub struct DoSql {
@@ -83,6 +110,12 @@ impl DoSql {
 
     fn open(&self, sql: &str, params: &[SqlValue]) -> Result<JsValue, StorageError> {
         sql_open(&self.sql, sql, &bindings(params)).map_err(thrown)
+    }
+}
+
+impl Drop for DoSql {
+    fn drop(&mut self) {
+        views::count_rows(sql_take_rows_read() as u64, sql_take_rows_written() as u64);
     }
 }
 
