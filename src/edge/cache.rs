@@ -455,7 +455,13 @@ impl EdgeCache {
         if !self.entries.contains_key(product_id) {
             return;
         }
-        let report = self.report_mut(product_id);
+        // Looked up before it is made: a sold-out crowd's clicks allocate
+        // no key.
+        let report = match self.pending.contains_key(product_id) {
+            true => self.pending.get_mut(product_id),
+            false => Some(self.report_mut(product_id)),
+        };
+        let Some(report) = report else { return };
         match code {
             ProblemCode::SoldOut => report.edge_sold_out += 1,
             ProblemCode::NotAdmitted => report.edge_not_admitted += 1,

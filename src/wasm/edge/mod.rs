@@ -105,7 +105,6 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
         Err(_) => return http::problem(Problem::misconfigured()),
     };
     let mut pipeline = Pipeline::new(&settings, head(&parts), route);
-    let mut req = Some(req);
     // The last answer of an object or the catalog, for `Step::PassOn`.
     let mut held: Option<web_sys::Response> = None;
     let mut input = Input::Start;
@@ -113,10 +112,9 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
         let step = EDGE.with_borrow_mut(|c| pipeline.next(input, now_ms(), c));
         input = match step {
             Step::Limit { limiter, key } => Input::Limit(objects::limit(env, limiter, &key).await?),
-            Step::ReadBody => match req.take() {
-                Some(req) => Input::Body(request::read_body(req, &parts).await?),
-                None => Input::Body(Err(Problem::internal())),
-            },
+            // The request is kept (a reference, not a copy): the history
+            // route reads its `Accept`, which no other route needs.
+            Step::ReadBody => Input::Body(request::read_body(Clone::clone(&req), &parts).await?),
             Step::VerifyToken(v) => Input::Verified(verify::verify(&v).await),
             Step::Listed { product_id } => Input::Listed(objects::listed(env, &product_id).await),
             Step::Register { product_id } => {
@@ -164,7 +162,8 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
                 return admin::orders_page(&settings, &product_id, query).await
             }
             Step::History { product_id } => {
-                return admin::history(env, &product_id, parts.get(Field::Accept)).await
+                let accept = req.headers().get("accept").ok().flatten();
+                return admin::history(env, &product_id, accept.as_deref()).await;
             }
         };
     }

@@ -51,12 +51,10 @@ pub enum Field {
     Signature,
     AcceptLanguage,
     Upgrade,
-    /// Read by the history route only (`edge::history::format`).
-    Accept,
 }
 
 impl Field {
-    const ALL: [Field; 14] = [
+    const ALL: [Field; 13] = [
         Field::ContentLength,
         Field::ConnectingIp,
         Field::ContentType,
@@ -70,7 +68,6 @@ impl Field {
         Field::Signature,
         Field::AcceptLanguage,
         Field::Upgrade,
-        Field::Accept,
     ];
 
     fn name(self) -> &'static str {
@@ -88,7 +85,6 @@ impl Field {
             Field::Signature => signing::SIGNATURE_HEADER,
             Field::AcceptLanguage => "accept-language",
             Field::Upgrade => "upgrade",
-            Field::Accept => "accept",
         }
     }
 }
@@ -100,7 +96,7 @@ const _: () = {
         assert!(Field::ALL[i] as usize == i);
         i += 1;
     }
-    assert!(Field::Accept as usize + 1 == Field::ALL.len());
+    assert!(Field::Upgrade as usize + 1 == Field::ALL.len());
 };
 
 thread_local! {
