@@ -1204,11 +1204,32 @@ impl Escrowed {
         let Some((product_id, at, push)) = self.objects[0].0.push_for(j, drain) else {
             return;
         };
+        // The push crosses the wire as the Worker sends it, a `Command`
+        // in JSON, and its answer comes back in JSON: a push the shard
+        // cannot read is a push that failed.
+        let sent = Command::Push {
+            product_id,
+            at,
+            push,
+        };
+        let Ok(Command::Push {
+            product_id,
+            at,
+            push,
+        }) = wire::<Command>(&sent)
+        else {
+            let now = self.now;
+            self.on(0, |o, s| {
+                o.handle_push_answer(s, now, j, sent_at, drain, None)
+            })
+            .ok();
+            return;
+        };
         let now = self.now;
         let answer = self.on(usize::from(j), |o, s| {
             o.answer_push(s, now, &product_id, at, &push)
         });
-        let answer = answer.ok().flatten();
+        let answer = answer.ok().flatten().and_then(|a| wire(&a).ok());
         self.on(0, |o, s| {
             o.handle_push_answer(s, now, j, sent_at, drain, answer)
         })
@@ -1223,7 +1244,7 @@ impl Escrowed {
             let now = self.now;
             let step = self.on(0, |o, s| o.answer_report(s, now, report, now >= deadline));
             match step {
-                Ok(Ok(HomeStep::Reply(reply))) => return Some(*reply),
+                Ok(Ok(HomeStep::Reply(reply))) => return wire(&*reply).ok(),
                 Ok(Ok(HomeStep::Drain(list))) => {
                     for j in list {
                         self.push(j, true);
@@ -1269,7 +1290,16 @@ impl Escrowed {
                 let first = cmds.first().cloned();
                 let report = self.on(idx, |o, s| o.report_home(s, now, first.as_ref(), need));
                 let reply = match report {
-                    Ok(Some((_, report))) => self.home_answers(&report),
+                    Ok(Some((home, report))) => {
+                        let cmd = Command::Report {
+                            product_id: home,
+                            report,
+                        };
+                        match wire::<Command>(&cmd) {
+                            Ok(Command::Report { report, .. }) => self.home_answers(&report),
+                            _ => None,
+                        }
+                    }
                     _ => None,
                 };
                 calls.answered(reply.as_ref().map_or(0, |r| r.drains));
@@ -1382,6 +1412,120 @@ impl Escrowed {
             _ => self.reserve(),
         }
     }
+}
+
+/// A message between objects as it crosses the wire: written as JSON and
+/// read back as the receiving side reads it.
+fn wire<T: serde::Serialize + serde::de::DeserializeOwned>(message: &T) -> Result<T, String> {
+    let json = serde_json::to_string(message).map_err(|e| e.to_string())?;
+    serde_json::from_str(&json).map_err(|e| e.to_string())
+}
+
+impl Escrowed {
+    /// A product of one unit over home and one shard, with a waiting room
+    /// that admits a ticket a second.
+    fn with_room() -> Escrowed {
+        let shards = 2;
+        let mut objects: Vec<(ProductObject, MemStorage)> = (0..shards)
+            .map(|_| (ProductObject::new(SECRET, [3u8; 32]), MemStorage::default()))
+            .collect();
+        let create = Command::Configure {
+            product_id: ESCROWED.into(),
+            patch: ConfigPatch {
+                stock_total: Some(1),
+                shards: Some(shards),
+                admit_per_s: Some(1),
+                hold_ttl_ms: Some(600_000),
+                ..ConfigPatch::default()
+            },
+        };
+        let now = 1_000_000;
+        let (home, store) = &mut objects[0];
+        let reply = home
+            .commands(store, std::slice::from_ref(&create), now)
+            .expect("created")
+            .remove(0);
+        assert_eq!(reply.status, 201, "{:?}", reply.body);
+        let mut sim = Escrowed {
+            rng: Rng::new(1),
+            now,
+            objects,
+            shards,
+            returns: Vec::new(),
+            key: 0,
+            counts: [0; 5],
+        };
+        let unmade = sim.objects[0].0.rules_behind();
+        for j in unmade {
+            sim.push(j, false);
+        }
+        sim
+    }
+
+    /// `buyer` reserves one unit at shard `i` with `ticket`: the answer's
+    /// code (or "reserved").
+    fn reserve_with(&mut self, i: u16, buyer: &str, ticket: flashgate_core::Ticket) -> String {
+        self.key += 1;
+        let reserve = Command::Reserve {
+            product_id: ESCROWED.into(),
+            buyer: buyer.into(),
+            idem_key: format!("k{}", self.key),
+            quantity: 1,
+            ticket: Some(ticket),
+        };
+        let cmd = match flashgate::protocol::ShardAt::new(i, self.shards) {
+            Some(at) => Command::Shard {
+                product_id: ESCROWED.into(),
+                at,
+                operation: flashgate::protocol::ShardOp::of(reserve, |id| id).expect("a reserve"),
+            },
+            None => reserve,
+        };
+        let reply = self.batch(i, vec![cmd]).expect("decided").remove(0);
+        match reply.status {
+            201 => "reserved".into(),
+            _ => reply.body["code"].as_str().unwrap_or("").to_string(),
+        }
+    }
+}
+
+/// A product over K > 1 shards with a waiting room sells out, while
+/// tickets still wait in the room (the room stops when nothing is left to
+/// sell): a buyer at home, whose reserve home decides only after draining
+/// the shard, is told `sold_out`. Home's drain carries the room to the
+/// shard; a shard that could not read it failed every drain, and every
+/// buyer after the last unit heard `unavailable`, for ever.
+#[test]
+fn a_sharded_product_with_a_waiting_room_sells_out_while_tickets_wait() {
+    let mut sim = Escrowed::with_room();
+    let ticket = |arrived_ms: u64, tiebreak: u32| flashgate_core::Ticket {
+        arrived_ms,
+        tiebreak,
+        infinite_queue: false,
+    };
+    // Two buyers arrive in one second, five more in the next: the room
+    // admits a ticket a second, so the later ones wait.
+    let first = [ticket(1_000_000, 1), ticket(1_000_000, 2)];
+    let mut arrivals = flashgate_core::Arrivals::default();
+    for t in &first {
+        arrivals.add(t, None);
+    }
+    for k in 0..5 {
+        arrivals.add(&ticket(1_001_000, 10 + k), None);
+    }
+    let sync = Command::Sync {
+        product_id: ESCROWED.into(),
+        arrivals,
+    };
+    sim.now = 1_001_500;
+    let reply = sim.batch(0, vec![sync]).expect("decided").remove(0);
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    sim.now += 3_000;
+    // The only unit, at the shard.
+    assert_eq!(sim.reserve_with(1, "b1", first[0]), "reserved");
+    sim.now += 100;
+    // Home drains the shard before it answers its own buyer.
+    assert_eq!(sim.reserve_with(0, "b2", first[1]), "sold_out");
 }
 
 impl Simulation for Escrowed {

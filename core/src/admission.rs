@@ -241,6 +241,57 @@ impl Watermark {
     }
 }
 
+/// A map keyed by a second, read back from JSON whichever way its keys
+/// come. JSON writes them as strings. Read straight into the map, serde
+/// turns them into numbers; read as part of a message serde buffers first
+/// (an internally tagged enum, such as the `Command::Push` that carries
+/// home's rules and waiting room to a stock shard), the key reaches the
+/// map as the string, which a `u64` key refuses: the shard could not read
+/// home's push while any ticket waited, so every drain failed and a
+/// sharded product with a waiting room never proved itself sold out.
+mod seconds {
+    use std::collections::BTreeMap;
+
+    use serde::de::{Deserializer, Error, Visitor};
+    use serde::Deserialize;
+
+    #[derive(PartialEq, Eq, PartialOrd, Ord)]
+    struct Second(u64);
+
+    impl<'de> Deserialize<'de> for Second {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Second, D::Error> {
+            struct Key;
+            impl Visitor<'_> for Key {
+                type Value = Second;
+
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a second, as a number or a string of digits")
+                }
+
+                fn visit_u64<E: Error>(self, v: u64) -> Result<Second, E> {
+                    Ok(Second(v))
+                }
+
+                fn visit_i64<E: Error>(self, v: i64) -> Result<Second, E> {
+                    u64::try_from(v).map(Second).map_err(E::custom)
+                }
+
+                fn visit_str<E: Error>(self, v: &str) -> Result<Second, E> {
+                    v.parse().map(Second).map_err(E::custom)
+                }
+            }
+            d.deserialize_any(Key)
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<BTreeMap<u64, u64>, D::Error> {
+        let map = BTreeMap::<Second, u64>::deserialize(d)?;
+        Ok(map.into_iter().map(|(Second(s), n)| (s, n)).collect())
+    }
+}
+
 /// The waiting room's counts and admission progress.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Admission {
@@ -251,6 +302,7 @@ pub struct Admission {
     pub folded: u64,
     pub folded_until_s: u64,
     /// Regular tickets reported, per arrival second.
+    #[serde(deserialize_with = "seconds::deserialize")]
     pub buckets: BTreeMap<u64, u64>,
     /// Admitted tickets, in thousandths, as of `base_at_ms`.
     pub base_milli: u64,
@@ -573,6 +625,39 @@ mod tests {
         assert_eq!(a.pow_infinite_queued, 3);
         let back = serde_json::to_string(&t).unwrap();
         assert!(back.contains("\"infinite_queue\":true"), "{back}");
+    }
+
+    /// The per-second buckets read back from JSON both straight (as
+    /// storage reads them) and buffered inside an internally tagged enum
+    /// (as a shard reads home's `Command::Push`).
+    #[test]
+    fn a_room_with_tickets_waiting_reads_back_inside_a_tagged_message() {
+        #[derive(Debug, PartialEq, Serialize, Deserialize)]
+        #[serde(tag = "op")]
+        enum Message {
+            Push { admission: Admission },
+        }
+        let mut a = Admission::default();
+        a.checkpoint(OPEN, rules(1), true);
+        let mut arrivals = Arrivals::default();
+        for (i, s) in [3u64, 3, 9].into_iter().enumerate() {
+            let t = Ticket {
+                arrived_ms: OPEN + s * 1_000,
+                tiebreak: i as u32,
+                infinite_queue: false,
+            };
+            arrivals.add(&t, Some(OPEN));
+        }
+        a.record(OPEN, rules(1), &arrivals);
+        assert_eq!(a.buckets.len(), 2);
+        let json = serde_json::to_string(&a).unwrap();
+        assert_eq!(serde_json::from_str::<Admission>(&json).unwrap(), a);
+        let m = Message::Push { admission: a };
+        let json = serde_json::to_string(&m).unwrap();
+        assert_eq!(serde_json::from_str::<Message>(&json).unwrap(), m);
+        // A key that is no second is refused.
+        let bad = json.replacen("\"buckets\":{\"", "\"buckets\":{\"x", 1);
+        assert!(serde_json::from_str::<Message>(&bad).is_err(), "{bad}");
     }
 
     #[test]

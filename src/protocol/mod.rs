@@ -446,6 +446,47 @@ mod tests {
         assert_eq!(ShardOp::of(restock, |id| id), None);
     }
 
+    /// Home's push carries its waiting room, whose tickets not yet admitted
+    /// are counted per arrival second (a map keyed by the second). A
+    /// shard must read it back: a push it cannot read is a drain that
+    /// fails, and home then never proves the product sold out.
+    #[test]
+    fn a_push_with_a_waiting_room_that_has_tickets_comes_back_equal() {
+        let patch = ConfigPatch {
+            stock_total: Some(10),
+            shards: Some(2),
+            admit_per_s: Some(1),
+            ..ConfigPatch::default()
+        };
+        let mut home = flashgate_core::Gate::create(1_000, &patch).expect("a product");
+        let mut arrivals = Arrivals::default();
+        for (i, arrived_ms) in [1_000, 1_500, 5_000].into_iter().enumerate() {
+            let t = Ticket {
+                arrived_ms,
+                tiebreak: i as u32,
+                infinite_queue: false,
+            };
+            arrivals.add(&t, None);
+        }
+        home.handle_arrivals(5_000, &arrivals);
+        assert!(
+            !home.admission().buckets.is_empty(),
+            "tickets wait in the room"
+        );
+        let push = home.push_for(1, true).expect("a shard");
+        let cmd = Command::Push {
+            product_id: "p1".into(),
+            at: ShardAt::new(1, 2).unwrap(),
+            push,
+        };
+        let body = serde_json::to_string(&cmd).unwrap();
+        let back: Command = serde_json::from_str(&body).expect("the shard reads the push");
+        assert_eq!(back, cmd);
+        if let Some(header) = cmd.to_header() {
+            assert_eq!(serde_json::from_str::<Command>(&header).unwrap(), cmd);
+        }
+    }
+
     #[test]
     fn a_command_too_long_for_a_header_goes_as_the_body() {
         let mut arrivals = flashgate_core::Arrivals::default();
