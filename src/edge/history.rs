@@ -94,24 +94,33 @@ pub fn histories(answers: &[HistoryAnswer]) -> Result<Vec<History>, String> {
         .collect()
 }
 
-/// The product's history in `format`: its timeline and its summary.
-pub fn body(product_id: &str, objects: &[History], format: Format, now_ms: u64) -> Vec<u8> {
+/// The product's history in `format`: its timeline and its summary, and in
+/// JSON beside them `drift`, as `GET /admin/products/{id}/drift` answers
+/// (`null` when it could not be read).
+pub fn body(
+    product_id: &str,
+    objects: &[History],
+    drift: Value,
+    format: Format,
+    now_ms: u64,
+) -> Vec<u8> {
     let t = merge_histories(objects);
     match format {
-        Format::Json => json_body(product_id, &t, objects.len(), now_ms)
+        Format::Json => json_body(product_id, &t, objects.len(), drift, now_ms)
             .to_string()
             .into_bytes(),
         Format::Csv => csv_body(&t).into_bytes(),
     }
 }
 
-fn json_body(product_id: &str, t: &Timeline, objects: usize, now_ms: u64) -> Value {
+fn json_body(product_id: &str, t: &Timeline, objects: usize, drift: Value, now_ms: u64) -> Value {
     json!({
         "product_id": product_id,
         "at_ms": now_ms,
         "objects": objects,
         "step_ms": t.step_ms,
         "summary": t.summary(),
+        "drift": drift,
         "buckets": t.periods,
     })
 }
@@ -242,15 +251,23 @@ mod tests {
         let home = answer(1_000, json!([bucket(1_000, 2, 7), bucket(2_000, 1, 6)]));
         let shard = answer(1_000, json!([bucket(1_000, 3, 2)]));
         let objects = histories(&[home, shard]).expect("well formed");
-        let csv = String::from_utf8(body("p1", &objects, Format::Csv, 9)).unwrap();
+        let csv = String::from_utf8(body("p1", &objects, Value::Null, Format::Csv, 9)).unwrap();
         assert_eq!(
             csv,
             "start_ms,available,held,sold,queue,joined,admitted,outbox_backlog,delivered,step_ms,reserve.reserved\r\n\
              1000,7,0,0,0,0,0,0,0,1000,5\r\n\
              2000,6,0,0,0,0,0,0,0,1000,1\r\n"
         );
-        let v: Value = serde_json::from_slice(&body("p1", &objects, Format::Json, 9)).unwrap();
+        let v: Value = serde_json::from_slice(&body(
+            "p1",
+            &objects,
+            json!({"drift_units": 0}),
+            Format::Json,
+            9,
+        ))
+        .unwrap();
         assert_eq!(v["summary"]["reserved"], 6);
+        assert_eq!(v["drift"]["drift_units"], 0);
         assert_eq!(v["buckets"][0]["counts"]["reserve.reserved"], 5);
         let out_of_order = answer(1_000, json!([bucket(2_000, 1, 6), bucket(2_000, 1, 6)]));
         assert!(histories(&[out_of_order]).is_err());

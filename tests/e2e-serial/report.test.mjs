@@ -62,10 +62,14 @@ shop.test("the report of a K = 4 sale with a waiting room and a proof of work, l
   const deadline = Date.now() + EVENTUALLY_MS;
   while ((await api.product(product)).status !== 200 && Date.now() < deadline) await sleep(200);
   await sleep(2_500);
-  const live = await consoleOn(product, "en-US");
-  await shot(live.page, "report-live-en");
-  const liveCounts = await live.page.locator("#r-clicks rect").count();
-  await live.ctx.close();
+  let liveCounts = Infinity;
+  for (const lang of ["en-US", "zh-CN"]) {
+    const live = await consoleOn(product, lang);
+    await shot(live.page, `report-live-${lang.slice(0, 2)}`);
+    liveCounts = Math.min(liveCounts, await live.page.locator("#r-clicks rect").count());
+    assert.deepEqual(violations(live.page), [], lang);
+    await live.ctx.close();
+  }
 
   const { code, report, stderr } = await run;
   const seen = `seed 39: ${JSON.stringify({ outcomes: report?.outcomes, history: report?.history, verdict: report?.verdict?.violations })}`;
@@ -80,6 +84,7 @@ shop.test("the report of a K = 4 sale with a waiting room and a proof of work, l
   // Finished: the product is closed; the report covers the whole sale.
   const h = (await (await fetch(`${gate.url}/admin/products/${product}/history`, { headers: { authorization: `Bearer ${keys.ADMIN_TOKEN}` } })).json());
   assert.equal(h.objects, 4);
+  assert.equal(h.drift.drift_units, 0, JSON.stringify(h.drift));
   for (const lang of ["en-US", "zh-CN"]) {
     const { ctx, page } = await consoleOn(product, lang);
     await page.waitForFunction(() => document.getElementById("s-state").textContent !== "–");

@@ -67,25 +67,39 @@ pub async fn drift_check(
     product_id: &str,
     cmd: &Command,
 ) -> worker::Result<web_sys::Response> {
+    match drift(env, settings, product_id, cmd).await? {
+        Ok(value) => http::respond(&Reply::ok(200, value)),
+        Err(resp) => Ok(resp),
+    }
+}
+
+/// The drift's body (`views::drift`), or the response that says why there
+/// is none (the object's own refusal, or its absence).
+async fn drift(
+    env: &Env,
+    settings: &Settings,
+    product_id: &str,
+    cmd: &Command,
+) -> worker::Result<Result<serde_json::Value, web_sys::Response>> {
     let mut resp = match forward(env, product_id, cmd).await {
         Ok(r) => r,
-        Err(_) => return http::problem(unavailable()),
+        Err(_) => return Ok(Err(http::problem(unavailable())?)),
     };
     if resp.status_code() != 200 {
-        return Ok(resp.into());
+        return Ok(Err(resp.into()));
     }
     let stats: flashgate_wire::GateStats = match resp.json().await {
         Ok(s) => s,
         Err(e) => {
             worker::console_error!("flashgate edge: unreadable stats: {e}");
-            return http::problem(Problem::internal());
+            return Ok(Err(http::problem(Problem::internal())?));
         }
     };
     let origin = match admin::totals_read(settings, product_id) {
         Ok(read) => origin_totals(&read).await,
         Err(e) => Err(e),
     };
-    http::respond(&Reply::ok(200, crate::http::views::drift(&stats, origin)))
+    Ok(Ok(crate::http::views::drift(&stats, origin)))
 }
 
 /// `GET /admin/products/{id}/orders`: a page of the product's orders at the
@@ -115,6 +129,7 @@ pub async fn orders_page(
 /// it 503, as a sum with a part missing would be wrong, not smaller.
 pub async fn history(
     env: &Env,
+    settings: &Settings,
     product_id: &str,
     accept: Option<&str>,
 ) -> worker::Result<web_sys::Response> {
@@ -161,7 +176,14 @@ pub async fn history(
             return http::problem(Problem::internal());
         }
     };
-    let body = history::body(product_id, &objects, format, now_ms());
+    // The drift as its own route answers it; `null` if it cannot be read.
+    let stats = Command::Stats {
+        product_id: product_id.to_string(),
+    };
+    let drift = drift(env, settings, product_id, &stats)
+        .await?
+        .unwrap_or(serde_json::Value::Null);
+    let body = history::body(product_id, &objects, drift, format, now_ms());
     http::raw(
         200,
         &body,

@@ -163,7 +163,7 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
             }
             Step::History { product_id } => {
                 let accept = req.headers().get("accept").ok().flatten();
-                return admin::history(env, &product_id, accept.as_deref()).await;
+                return admin::history(env, &settings, &product_id, accept.as_deref()).await;
             }
         };
     }
