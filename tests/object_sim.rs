@@ -910,7 +910,7 @@ impl Sim {
         // Storage holds no admin change that was not acknowledged.
         if let Some(Row::Meta(m)) = self.store.rows.get(&RowKey::Meta) {
             assert_eq!(
-                Some(m.stock_total),
+                Some(m.escrowed),
                 self.acked_total,
                 "{desc}: stored total is not the acknowledged one"
             );
@@ -1026,7 +1026,7 @@ impl Sim {
         if let Some(Row::Meta(m)) = self.store.rows.get(&RowKey::Meta) {
             assert_eq!(
                 self.origin.stock.map(|(_, t)| t),
-                Some(m.stock_total),
+                Some(m.escrowed),
                 "the origin's total"
             );
         }

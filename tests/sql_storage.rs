@@ -469,9 +469,9 @@ fn a_pow_setting_survives_a_reload_and_a_refused_one_changes_nothing() {
     let read_pow = |obj: &mut ProductObject, store: &mut Lite| {
         let s = obj.command(store, &stats, 2).unwrap().body;
         (
-            s["queue"]["pow_mode"].clone(),
-            s["queue"]["pow_level"].clone(),
-            s["queue"]["pow_infinite_queue"].clone(),
+            s["room"]["pow_mode"].clone(),
+            s["room"]["pow_level"].clone(),
+            s["room"]["pow_infinite_queue"].clone(),
         )
     };
     let expected = (

@@ -68,10 +68,10 @@ impl Gate {
     /// included. O(n): for tests, the simulator and debugging, never a
     /// request path.
     pub fn audit(&self, archive: &dyn Archive) -> Result<(), String> {
-        if self.available + self.held + self.sold != self.stock_total {
+        if self.available + self.held + self.sold != self.escrowed {
             return Err(format!(
-                "I1: available {} + held {} + sold {} != total {}",
-                self.available, self.held, self.sold, self.stock_total
+                "I1: available {} + held {} + sold {} != escrowed {}",
+                self.available, self.held, self.sold, self.escrowed
             ));
         }
         // A shard's waiting room is home's copy, not its own to keep.

@@ -697,9 +697,9 @@ impl Pool {
     }
 
     /// What the console and the load tool read of the escrow.
-    pub fn stats(&self) -> EscrowStats {
+    pub fn stats(&self) -> Overview {
         let shards = &self.shards[1..];
-        EscrowStats {
+        Overview {
             shards: self.count(),
             unallocated: self.unallocated(),
             reports: shards.iter().map(|s| s.counts.reports).sum(),
@@ -708,7 +708,7 @@ impl Pool {
             per_shard: self
                 .shards
                 .iter()
-                .map(|s| ShardStats {
+                .map(|s| ShardOverview {
                     escrowed: s.escrowed(),
                     levels: s.levels,
                 })
@@ -732,10 +732,11 @@ impl Pool {
     }
 }
 
-/// The escrow as the stats show it, summed over the shards 1..K as each
-/// last reported (home's own figures are the gate's).
+/// The escrow as home sees it, summed over the shards 1..K as each last
+/// reported (home's own figures are the gate's). The stats' JSON shape of
+/// it is the wire's `EscrowStats`, which `src/http/views.rs` builds.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EscrowStats {
+pub struct Overview {
     pub shards: u16,
     /// `U`.
     pub unallocated: u64,
@@ -744,11 +745,12 @@ pub struct EscrowStats {
     /// Units in the shards' outboxes on their way to the origin.
     pub backlog_units: i64,
     /// Each shard's escrow and levels, home's (0) as home last kept them.
-    pub per_shard: Vec<ShardStats>,
+    pub per_shard: Vec<ShardOverview>,
 }
 
+/// One shard's line of the `Overview`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ShardStats {
+pub struct ShardOverview {
     pub escrowed: u64,
     pub levels: ShardLevels,
 }

@@ -8,7 +8,7 @@
 //! audit (`audit.rs`) are further `impl Gate` blocks beside this one.
 //!
 //! Its methods follow quinn-proto's taxonomy:
-//! - getters, which change nothing: `config`, `mode`, `stock_total`,
+//! - getters, which change nothing: `config`, `mode`, `escrowed`,
 //!   `sale_state`, `reservation`, `admission`, `uptake`, `buyers_filter`, `levels`,
 //!   `stats`, `rows`;
 //! - inputs, `handle_*`: a buyer's `handle_reserve`, the payment backend's
@@ -57,7 +57,11 @@ pub(crate) struct Dirty {
 pub struct Gate {
     pub(crate) config: Config,
     pub(crate) mode: Mode,
-    pub(crate) stock_total: u64,
+    /// The units this gate keeps, `available + held + sold` (I1): the
+    /// product's `stock_total` for a product of one object, a shard's
+    /// escrow otherwise (`sharded.rs`). The product's total is
+    /// `product_total`.
+    pub(crate) escrowed: u64,
     pub(crate) available: u64,
     pub(crate) held: u64,
     pub(crate) sold: u64,
@@ -289,14 +293,14 @@ impl Gate {
     pub(crate) fn empty(
         config: Config,
         mode: Mode,
-        stock_total: u64,
+        escrowed: u64,
         next_id: ReservationId,
         outbox: Outbox,
     ) -> Gate {
         Gate {
             config,
             mode,
-            stock_total,
+            escrowed,
             available: 0,
             held: 0,
             sold: 0,
@@ -314,8 +318,8 @@ impl Gate {
             counters: Counters::default(),
             settling: Settling::default(),
             archived: false,
-            paid_buyers: Bloom::with_capacity(paid_buyers_sized_for(stock_total)),
-            paid_buyers_sized_for: paid_buyers_sized_for(stock_total),
+            paid_buyers: Bloom::with_capacity(paid_buyers_sized_for(escrowed)),
+            paid_buyers_sized_for: paid_buyers_sized_for(escrowed),
             joined: None,
             joins: JoinRate::default(),
             escrow: Escrow::Single,
@@ -465,12 +469,12 @@ impl Gate {
     /// I1, checked wherever units move. A failure is a bug, not an outcome.
     pub(crate) fn assert_stock(&self) {
         assert!(
-            self.available + self.held + self.sold == self.stock_total,
-            "I1 broken: available {} + held {} + sold {} != total {}",
+            self.available + self.held + self.sold == self.escrowed,
+            "I1 broken: available {} + held {} + sold {} != escrowed {}",
             self.available,
             self.held,
             self.sold,
-            self.stock_total
+            self.escrowed
         );
     }
 
@@ -482,10 +486,10 @@ impl Gate {
         self.mode
     }
 
-    /// For the simulators: this gate's own total (its escrow at a shard).
+    /// For the simulators: the units this gate keeps (`escrowed`).
     #[cfg(any(test, feature = "test-support"))]
-    pub fn stock_total(&self) -> u64 {
-        self.stock_total
+    pub fn escrowed(&self) -> u64 {
+        self.escrowed
     }
 
     pub fn sale_state(&self, now_ms: u64) -> SaleState {
@@ -1259,7 +1263,7 @@ impl Gate {
                             self.dirty.escrow = true;
                         }
                         Escrow::Single | Escrow::Shard(_) => {
-                            self.stock_total = total;
+                            self.escrowed = total;
                             self.available += units;
                         }
                     }
@@ -1442,7 +1446,7 @@ impl Gate {
                     self.dirty.escrow = true;
                 }
                 Escrow::Single | Escrow::Shard(_) => {
-                    self.stock_total = t;
+                    self.escrowed = t;
                     self.available = t - committed;
                 }
             }
@@ -1510,7 +1514,7 @@ impl Gate {
 
     pub fn stats(&self, now_ms: u64) -> Stats {
         let l = self.product_levels();
-        let escrow = self.escrow_stats();
+        let escrow = self.escrow_overview();
         Stats {
             sale_state: self.sale_state(now_ms),
             stock_total: self.product_total(),

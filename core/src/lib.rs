@@ -8,8 +8,8 @@
 //!
 //! The contract is the seven invariants ARCHITECTURE.md states (I1–I7); the
 //! core keeps its part of them:
-//! - I1: `available + held + sold == stock_total`, asserted wherever units
-//!   move.
+//! - I1: `available + held + sold == escrowed`, the units a gate keeps (the
+//!   stock total, or a shard's escrow), asserted wherever units move.
 //! - I2: every confirmation, void and change of the stock total enters the
 //!   outbox in the same call.
 //! - I3: a retried reserve with the same idempotency key replays its answer

@@ -83,7 +83,7 @@ impl Gate {
 
     fn meta_row(&self) -> MetaRow {
         MetaRow {
-            stock_total: self.stock_total,
+            escrowed: self.escrowed,
             mode: self.mode,
             next_reservation_id: self.next_id,
             outbox_acked_seq: self.outbox.acked_seq,
@@ -299,7 +299,7 @@ impl Restorer {
         let mut gate = Gate::empty(
             config,
             meta.mode,
-            meta.stock_total,
+            meta.escrowed,
             meta.next_reservation_id,
             Outbox::restored(
                 meta.outbox_acked_seq,
@@ -458,13 +458,13 @@ impl Restorer {
         }
         let mut outbox = std::mem::take(&mut self.outbox);
         let committed = gate.held + gate.sold;
-        if committed > gate.stock_total || gate.stock_total > limits::STOCK_UNITS_MAX {
+        if committed > gate.escrowed || gate.escrowed > limits::STOCK_UNITS_MAX {
             return Err(RestoreError::Oversold {
                 committed,
-                stock_total: gate.stock_total,
+                escrowed: gate.escrowed,
             });
         }
-        gate.available = gate.stock_total - committed;
+        gate.available = gate.escrowed - committed;
         check_escrow(&gate)?;
         outbox.sort_unstable_by_key(|e| e.seq);
         for entry in outbox {
@@ -563,7 +563,7 @@ fn check_escrow(gate: &Gate) -> Result<(), RestoreError> {
             if escrowed > pool.stock_total || pool.stock_total > limits::STOCK_UNITS_MAX {
                 return bad("more escrowed than the stock total");
             }
-            if pool.shards[0].granted - pool.shards[0].returned != gate.stock_total {
+            if pool.shards[0].granted - pool.shards[0].returned != gate.escrowed {
                 return bad("home's stock is not its escrow");
             }
             Ok(())
@@ -576,7 +576,7 @@ fn check_escrow(gate: &Gate) -> Result<(), RestoreError> {
                 return bad("a shard index out of range");
             }
             if ledger.returns_sent > ledger.grants_applied
-                || ledger.grants_applied - ledger.returns_sent != gate.stock_total
+                || ledger.grants_applied - ledger.returns_sent != gate.escrowed
             {
                 return bad("a shard's stock is not its escrow");
             }

@@ -55,7 +55,9 @@ impl From<ItemKey> for RowKey {
 /// Counters and cursors that cannot be derived from the other rows.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MetaRow {
-    pub stock_total: u64,
+    /// The gate's `escrowed` units (its `meta.stock_total` column, named
+    /// before a shard kept an escrow).
+    pub escrowed: u64,
     pub mode: Mode,
     /// Ids are never reused, even after their records age out.
     pub next_reservation_id: ReservationId,
@@ -134,7 +136,7 @@ pub enum RestoreError {
     /// Held plus sold units exceed the stored total: I1 would break.
     Oversold {
         committed: u64,
-        stock_total: u64,
+        escrowed: u64,
     },
     /// A reservation row that contradicts itself or the meta row.
     BadReservation(ReservationId, &'static str),

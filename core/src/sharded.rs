@@ -14,9 +14,10 @@
 //!   a buyer `sold_out` only on home's word that nothing is left
 //!   elsewhere, and tells the origin nothing but its own orders and voids.
 //!
-//! In every kind the gate's own `stock_total` is the units it may sell
-//! (for home and a shard, its escrow), so I1 and every check of `gate.rs`
-//! hold unchanged per shard.
+//! In every kind the gate's `escrowed` is the units it may sell (the stock
+//! total for `Single`; for home and a shard, its escrow), so I1 and every
+//! check of `gate.rs` hold unchanged per shard. `stock_total` is only ever
+//! the product's (`Gate::product_total`).
 
 use serde::{Deserialize, Serialize};
 
@@ -90,9 +91,9 @@ impl Gate {
     /// unit goes to `U`.
     pub(crate) fn become_home(&mut self, count: u16) {
         debug_assert!(self.held == 0 && self.sold == 0);
-        let total = self.stock_total;
+        let total = self.escrowed;
         self.escrow = Escrow::Home(Pool::new(total, count));
-        self.stock_total = 0;
+        self.escrowed = 0;
         self.available = 0;
         self.dirty.escrow = true;
         self.assert_stock();
@@ -129,7 +130,7 @@ impl Gate {
     pub fn product_total(&self) -> u64 {
         match &self.escrow {
             Escrow::Home(pool) => pool.stock_total,
-            Escrow::Single | Escrow::Shard(_) => self.stock_total,
+            Escrow::Single | Escrow::Shard(_) => self.escrowed,
         }
     }
 
@@ -163,7 +164,7 @@ impl Gate {
         }
         let got = pool.grant(0, short);
         assert_eq!(got, short, "a reserve drew more than U held");
-        self.stock_total += got;
+        self.escrowed += got;
         self.available += got;
         self.dirty.escrow = true;
         self.dirty.meta = true;
@@ -181,7 +182,7 @@ impl Gate {
             return;
         }
         pool.give_back_home(self.available);
-        self.stock_total -= self.available;
+        self.escrowed -= self.available;
         self.available = 0;
         self.dirty.escrow = true;
         self.dirty.meta = true;
@@ -222,7 +223,7 @@ impl Gate {
     }
 
     /// The escrow's figures, at home.
-    pub fn escrow_stats(&self) -> Option<crate::escrow::EscrowStats> {
+    pub fn escrow_overview(&self) -> Option<crate::escrow::Overview> {
         match &self.escrow {
             Escrow::Home(pool) => {
                 let mut stats = pool.stats();
@@ -319,7 +320,7 @@ impl Gate {
         if surplus > 0 {
             ledger.send_return(surplus);
             self.available -= surplus;
-            self.stock_total -= surplus;
+            self.escrowed -= surplus;
             self.dirty.meta = true;
         }
         let refill = ledger.refill(now_ms, self.available);
@@ -383,7 +384,7 @@ impl Gate {
             return 0;
         };
         let credit = ledger.apply_grant(granted);
-        self.stock_total += credit;
+        self.escrowed += credit;
         self.available += credit;
         self.dirty.meta = true;
         self.dirty.escrow = true;
@@ -430,7 +431,7 @@ impl Gate {
         ledger.seen(push.seen);
         if push.drain && self.available > 0 {
             ledger.send_return(self.available);
-            self.stock_total -= self.available;
+            self.escrowed -= self.available;
             self.available = 0;
         }
         let levels = ShardLevels {

@@ -274,7 +274,7 @@ pub struct Stats {
     pub joins_per_s: u64,
     pub counters: Counters,
     /// At home of a product of several stock shards, the escrow.
-    pub escrow: Option<crate::escrow::EscrowStats>,
+    pub escrow: Option<crate::escrow::Overview>,
 }
 
 #[cfg(test)]

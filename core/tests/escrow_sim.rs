@@ -869,7 +869,7 @@ fn own_stock(gate: &Gate) -> u64 {
     match gate.escrow() {
         Escrow::Home(pool) => pool.shards[0].granted - pool.shards[0].returned,
         Escrow::Shard(ledger) => ledger.grants_applied - ledger.returns_sent,
-        Escrow::Single => gate.stock_total(),
+        Escrow::Single => gate.escrowed(),
     }
 }
 
@@ -887,7 +887,7 @@ fn buyer_shard(rng: &mut Rng, shards: u16, hot: u16) -> u16 {
 /// Units a gate itself holds or sold (home's `stats` sum every shard's;
 /// its escrow stats keep its own as shard 0).
 fn own_held_sold(gate: &Gate) -> u64 {
-    match gate.escrow_stats() {
+    match gate.escrow_overview() {
         Some(e) => e.per_shard[0].levels.held + e.per_shard[0].levels.sold,
         None => {
             let l = gate.levels(0);

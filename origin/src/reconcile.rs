@@ -273,7 +273,7 @@ pub async fn reconcile(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flashgate_wire::{CounterStats, OutboxStats, QueueStats, SaleState};
+    use flashgate_wire::{CounterStats, OutboxStats, RoomStats, SaleState};
 
     fn gate(sold: u64, backlog_units: i64) -> GateStats {
         GateStats {
@@ -297,7 +297,7 @@ mod tests {
                 refused: 0,
             },
             next_deadline_ms: None,
-            queue: QueueStats {
+            room: RoomStats {
                 admit_per_s: 0,
                 reported: 0,
                 admitted: 0,

@@ -31,7 +31,7 @@ use crate::limits::{
     SNAPSHOT_STALE_MAX_MS,
 };
 use crate::protocol::buyer_filter::BuyerFilter;
-use crate::protocol::snapshot::{QueueSnapshot, Snapshot, Standing};
+use crate::protocol::snapshot::{RoomSnapshot, Snapshot, Standing};
 
 impl Snapshot {
     /// A snapshot as the object sent it, its buyer filter decoded. `None`
@@ -87,7 +87,7 @@ impl Snapshot {
                 ));
             }
         }
-        if let (Some(q), Some(t)) = (&self.queue, ticket) {
+        if let (Some(q), Some(t)) = (&self.room, ticket) {
             let standing = self.standing(q, t, None, now_ms);
             if !standing.admitted && self.state == SaleState::Open {
                 return Some(Problem::not_admitted(
@@ -106,7 +106,7 @@ impl Snapshot {
     /// standing could say 1 and the next poll 3.
     pub fn standing(
         &self,
-        q: &QueueSnapshot,
+        q: &RoomSnapshot,
         ticket: &Ticket,
         unreported: Option<&Arrivals>,
         now_ms: u64,
@@ -172,8 +172,8 @@ impl Snapshot {
     }
 
     /// Whether a buyer may join the waiting room now.
-    pub fn may_join(&self, now_ms: u64) -> Result<&QueueSnapshot, Problem> {
-        let Some(q) = &self.queue else {
+    pub fn may_join(&self, now_ms: u64) -> Result<&RoomSnapshot, Problem> {
+        let Some(q) = &self.room else {
             return Err(Problem::new(
                 ProblemCode::NoWaitingRoom,
                 "this product has no waiting room: reserve directly",
@@ -534,14 +534,14 @@ mod tests {
 
     const OPEN: u64 = 1_000_000;
 
-    fn snapshot(available: u64, buyers: &[&str], queue: Option<QueueSnapshot>) -> Snapshot {
+    fn snapshot(available: u64, buyers: &[&str], room: Option<RoomSnapshot>) -> Snapshot {
         Snapshot {
             at_ms: OPEN,
             product: json!({}),
             available,
             held: 0,
             state: SaleState::Open,
-            queue,
+            room,
             sold_out: (available == 0).then(|| SoldOut {
                 age_ms: 0,
                 buyers: vec![BuyerFilter::build(buyers.iter().copied())],
@@ -552,8 +552,8 @@ mod tests {
         }
     }
 
-    fn room(admission: Admission) -> QueueSnapshot {
-        QueueSnapshot {
+    fn room(admission: Admission) -> RoomSnapshot {
+        RoomSnapshot {
             admit_per_s: 10,
             opens_at_ms: Some(OPEN),
             prequeue_ms: 60_000,
@@ -661,7 +661,7 @@ mod tests {
         }
         a.record(OPEN, rules, &arrivals);
         let s = snapshot(5, &[], Some(room(a)));
-        let q = s.queue.as_ref().unwrap();
+        let q = s.room.as_ref().unwrap();
         let first = s.standing(q, &tickets[0], None, OPEN + 500);
         assert!(first.admitted);
         let last = s.standing(q, &tickets[99], None, OPEN + 500);
@@ -842,7 +842,7 @@ mod tests {
         }
         a.record(OPEN, rules, &arrivals);
         let s = snapshot(100, &[], Some(room(a)));
-        let q = s.queue.as_ref().unwrap();
+        let q = s.room.as_ref().unwrap();
         let front = s.standing(q, &tickets[10], None, OPEN);
         assert_eq!(front.odds.verdict, Verdict::Likely, "{front:?}");
         assert_eq!(front.odds.ahead, front.position);
@@ -850,7 +850,7 @@ mod tests {
         assert_eq!(back.odds.verdict, Verdict::Unlikely, "{back:?}");
         assert_eq!((back.odds.available, back.odds.held), (100, 0));
         // Half of the admitted reserve: the middle of the line is likely.
-        let q_half = QueueSnapshot {
+        let q_half = RoomSnapshot {
             uptake: Uptake {
                 admitted: 1_000,
                 units: 500,

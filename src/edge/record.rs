@@ -24,7 +24,7 @@ use flashgate_wire::lottery::commitment;
 use serde::Serialize;
 
 use crate::edge::ticket::TicketClaims;
-use crate::protocol::snapshot::QueueSnapshot;
+use crate::protocol::snapshot::RoomSnapshot;
 
 #[derive(Serialize)]
 struct Lottery {
@@ -68,7 +68,7 @@ struct RecordBody<'a> {
 /// The record's answer for the ticket `claims` (verified) at `now_ms`.
 pub fn body(
     product_id: &str,
-    q: &QueueSnapshot,
+    q: &RoomSnapshot,
     claims: &TicketClaims,
     now_ms: u64,
 ) -> serde_json::Value {
@@ -147,7 +147,7 @@ mod tests {
 
     /// A room of 50 tickets arriving over the first 0.5 s after the
     /// opening, 10 admitted a second, its record noted at 1, 2 and 3 s.
-    fn room() -> QueueSnapshot {
+    fn room() -> RoomSnapshot {
         let rules = Rules {
             admit_per_s: 10,
             opens_at_ms: Some(OPEN),
@@ -171,7 +171,7 @@ mod tests {
             let w = a.watermark(at, rules).below;
             a.record.note(at, w);
         }
-        QueueSnapshot {
+        RoomSnapshot {
             admit_per_s: 10,
             opens_at_ms: Some(OPEN),
             prequeue_ms: 60_000,

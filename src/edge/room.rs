@@ -174,7 +174,7 @@ pub fn standing(
         Ok(c) => c,
         Err(p) => return Decided::Refuse(p),
     };
-    let Some(q) = &snapshot.queue else {
+    let Some(q) = &snapshot.room else {
         return Decided::Refuse(no_room());
     };
     let standing = snapshot.standing(
@@ -269,7 +269,7 @@ pub fn record(
     claims: &TicketClaims,
     now_ms: u64,
 ) -> Decided {
-    let Some(q) = &snapshot.queue else {
+    let Some(q) = &snapshot.room else {
         return Decided::Refuse(no_room());
     };
     Decided::Answer(Reply::ok(
@@ -281,7 +281,7 @@ pub fn record(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::protocol::snapshot::{PowNow, QueueSnapshot};
+    use crate::protocol::snapshot::{PowNow, RoomSnapshot};
     use crate::settings::tests::settings;
     use flashgate_core::{Admission, Uptake};
     use flashgate_wire::SaleState;
@@ -299,7 +299,7 @@ pub(crate) mod tests {
             available,
             held: 0,
             state: SaleState::Open,
-            queue: queue.then(|| QueueSnapshot {
+            room: queue.then(|| RoomSnapshot {
                 admit_per_s: 10,
                 opens_at_ms: Some(OPEN),
                 prequeue_ms: 60_000,
@@ -373,7 +373,7 @@ pub(crate) mod tests {
             "the ticket is checked first"
         );
         let mut keyless = snapshot(10, true, None);
-        keyless.queue.as_mut().unwrap().admission.lottery.key = None;
+        keyless.room.as_mut().unwrap().admission.lottery.key = None;
         let d = join(&s, "p1", "alice", None, &keyless, &mut cache, OPEN);
         assert!(matches!(d, Decided::Unavailable), "{d:?}");
         assert!(cache.unreported("p1").is_none(), "nothing was issued");

@@ -7,7 +7,7 @@ use flashgate_core::{
 };
 use flashgate_wire::lottery::commitment;
 use flashgate_wire::stats::IsolateWork;
-use flashgate_wire::{CounterStats, GateStats, OutboxStats, QueueStats, SaleState};
+use flashgate_wire::{CounterStats, GateStats, OutboxStats, RoomStats, SaleState};
 use serde::Serialize;
 use serde_json::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::http::time::rfc3339;
 use crate::ids::IdCodec;
 use crate::protocol::buyer_filter::BuyerFilter;
-use crate::protocol::snapshot::{PowNow, QueueSnapshot, Snapshot, SoldOut};
+use crate::protocol::snapshot::{PowNow, RoomSnapshot, Snapshot, SoldOut};
 
 /// What the object's shell has done since it loaded: how forwarding the
 /// outbox is going, and how many snapshots it gave the edge. Kept by the
@@ -87,7 +87,7 @@ pub fn snapshot(
 ) -> Value {
     let s = g.stats(now_ms);
     let c = g.config();
-    let queue = (c.admit_per_s > 0).then(|| QueueSnapshot {
+    let room = (c.admit_per_s > 0).then(|| RoomSnapshot {
         admit_per_s: c.admit_per_s,
         opens_at_ms: c.opens_at_ms,
         prequeue_ms: c.prequeue_ms,
@@ -121,7 +121,7 @@ pub fn snapshot(
         available: s.available,
         held: s.held,
         state: sale_state(s.sale_state),
-        queue,
+        room,
         sold_out,
         shards: g.shards(),
         existing: g.existing_shards(),
@@ -386,7 +386,7 @@ pub fn stats(product_id: &str, s: &Stats, admit_per_s: u32, delivery: &ShellStat
             refused: delivery.refused,
         },
         next_deadline_ms: s.next_deadline_ms,
-        queue: QueueStats {
+        room: RoomStats {
             admit_per_s,
             reported: s.queue_reported,
             admitted: s.queue_admitted,

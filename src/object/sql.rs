@@ -64,6 +64,9 @@ const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS product (
         id INTEGER PRIMARY KEY CHECK (id = 1),
         product_id TEXT NOT NULL)",
+    // `stock_total` holds the gate's `escrowed` units (`MetaRow`): the
+    // column kept the name it had before a shard kept an escrow, so that
+    // stored products read back unchanged.
     "CREATE TABLE IF NOT EXISTS meta (
         id INTEGER PRIMARY KEY CHECK (id = 1),
         stock_total INTEGER NOT NULL,
@@ -300,7 +303,7 @@ fn put(db: &mut impl SqlDb, row: &Row) -> Result<(), StorageError> {
                 outbox_acked_seq, outbox_attempts, outbox_retry_at_ms)
              VALUES (1, ?, ?, ?, ?, ?, ?)",
             &[
-                int(m.stock_total),
+                int(m.escrowed),
                 text(m.mode.as_str()),
                 int(m.next_reservation_id),
                 int(m.outbox_acked_seq),
@@ -726,7 +729,7 @@ pub fn load(
     }
     for m in db.query::<MetaSql>("SELECT * FROM meta")? {
         each(Row::Meta(MetaRow {
-            stock_total: m.stock_total,
+            escrowed: m.stock_total,
             mode: Mode::parse(&m.mode).ok_or_else(|| corrupt("mode"))?,
             next_reservation_id: m.next_reservation_id,
             outbox_acked_seq: m.outbox_acked_seq,

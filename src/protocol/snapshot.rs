@@ -12,7 +12,7 @@ use super::buyer_filter::BuyerFilter;
 
 /// The waiting room as the edge needs it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QueueSnapshot {
+pub struct RoomSnapshot {
     pub admit_per_s: u32,
     pub opens_at_ms: Option<u64>,
     pub prequeue_ms: u64,
@@ -35,7 +35,7 @@ pub struct PowNow {
     pub infinite_queue: bool,
 }
 
-impl QueueSnapshot {
+impl RoomSnapshot {
     pub fn rules(&self) -> Rules {
         Rules {
             admit_per_s: self.admit_per_s,
@@ -57,7 +57,8 @@ pub struct Snapshot {
     pub held: u64,
     pub state: SaleState,
     /// Present when the product has a waiting room.
-    pub queue: Option<QueueSnapshot>,
+    #[serde(alias = "queue")]
+    pub room: Option<RoomSnapshot>,
     /// Present when the object knows that no unit was available anywhere
     /// a moment ago: what lets the edge answer `sold_out`.
     pub sold_out: Option<SoldOut>,

@@ -237,7 +237,7 @@ test("2,000 buyers in a waiting room cost the object about one request per secon
   const seconds = (Date.now() - t0) / 1000;
   const s = (await api.stats(P)).body;
   const snapshots = s.snapshots - start;
-  console.log(`waiting room: ${polls.total} polls and ${tickets.length} joins (taking ${((joined - t0) / 1000).toFixed(1)} s) in ${seconds.toFixed(1)} s cost the object ${snapshots} snapshots; ${admittedAt.size} admitted, ${s.queue.reported} reported`);
+  console.log(`waiting room: ${polls.total} polls and ${tickets.length} joins (taking ${((joined - t0) / 1000).toFixed(1)} s) in ${seconds.toFixed(1)} s cost the object ${snapshots} snapshots; ${admittedAt.size} admitted, ${s.room.reported} reported`);
   assert.ok(snapshots <= Math.ceil(seconds) * 2 + 4, why(`${snapshots} snapshots in ${seconds} s`));
   assert.ok(admittedAt.size > 0 && admittedAt.size < buyers.length, why(`${admittedAt.size} admitted`));
   assert.ok(reserves.every((r) => r.status === 201), why(JSON.stringify(reserves.find((r) => r.status !== 201)?.body)));
@@ -303,7 +303,7 @@ test("a buyer who joins the waiting room again and again is counted once, and do
   let queue;
   for (const until = Date.now() + EVENTUALLY_MS; Date.now() < until; await sleep(300)) {
     await api.product(P);
-    queue = (await api.stats(P)).body.queue;
+    queue = (await api.stats(P)).body.room;
     if (queue.reported + queue.rejoins_uncounted >= 27) break;
   }
   assert.equal(queue.reported, 11, `every buyer counted once: ${JSON.stringify(queue)}`);

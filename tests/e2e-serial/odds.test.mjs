@@ -133,7 +133,7 @@ test("the lottery and the admission record: commitment first, key at the opening
     if (code) assert.equal(body.code, code, what);
   }
   const statsAfter = (await api.stats(P)).body;
-  assert.deepEqual(statsAfter.queue, statsBefore.queue, "refused reads change nothing");
+  assert.deepEqual(statsAfter.room, statsBefore.room, "refused reads change nothing");
 
   // Everyone polls until admitted, noting when.
   const admittedAt = new Map();

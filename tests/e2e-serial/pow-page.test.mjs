@@ -44,7 +44,7 @@ for (const [lang, solving, done] of [
     // refusal, and one reservation held.
     const q = (await api.stats(product)).body;
     assert.equal(q.held, 1, JSON.stringify(q));
-    assert.equal(q.queue.pow_refused, 0, JSON.stringify(q.queue));
+    assert.equal(q.room.pow_refused, 0, JSON.stringify(q.room));
     // Everything came from the gate itself, and the policy refused nothing.
     assert.ok(requests.some((u) => u.endsWith("/vendor/altcha-3.2.2/pbkdf2.js")), "the widget's worker ran");
     assert.deepEqual(requests.filter((u) => !u.startsWith(shop.url)), [], "no external resource");
@@ -71,13 +71,13 @@ shop.test("the console shows a product's proof of work, the endless queue includ
   await page.click('#config button[type="submit"]');
   await page.waitForFunction(() => document.getElementById("message").className === "error");
   assert.match(await page.textContent("#message"), /pow\.level/);
-  assert.equal((await api.stats(product)).body.queue.pow_mode, "fixed");
+  assert.equal((await api.stats(product)).body.room.pow_mode, "fixed");
   // Adaptive from level 2, failed proofs asked again.
   await page.fill('#fields [name="pow.level"]', "2");
   await page.selectOption('#fields [name="pow.infinite_queue"]', "false");
   await page.click('#config button[type="submit"]');
   await page.waitForFunction(() => document.getElementById("message").className === "ok");
-  const q = (await api.stats(product)).body.queue;
+  const q = (await api.stats(product)).body.room;
   assert.deepEqual([q.pow_mode, q.pow_level, q.pow_infinite_queue], ["adaptive", 2, false], JSON.stringify(q));
   assert.deepEqual(violations(page), []);
   await ctx.close();

@@ -237,7 +237,7 @@ test("--pow-level: every buyer solves the waiting room's proof of work natively 
   assert.equal(report.endpoints.join.answers["201"], 120, seen);
   // Cancelled units sell again, so at least the stock was reserved.
   assert.ok(report.outcomes.reserved >= 30, seen);
-  const q = (await api.stats("load-pow")).body.queue;
+  const q = (await api.stats("load-pow")).body.room;
   assert.deepEqual([q.pow_mode, q.pow_level, q.reported], ["fixed", 2, 120], JSON.stringify(q));
 }));
 

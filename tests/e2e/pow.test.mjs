@@ -59,7 +59,7 @@ async function refusalsReported(api, product, refused) {
   for (const until = Date.now() + EVENTUALLY_MS; Date.now() < until; await sleep(300)) {
     await api.product(product);
     q = (await api.stats(product)).body;
-    if (q.queue.pow_refused >= refused) break;
+    if (q.room.pow_refused >= refused) break;
   }
   return q;
 }
@@ -129,7 +129,7 @@ system.test("a join without a valid proof of work gets a fresh challenge and no 
     // Solved right, at the level asked before the raise.
     before_the_raise: [cheaper, "level_raised"],
   };
-  const before = (await api.stats(P)).body.queue;
+  const before = (await api.stats(P)).body.room;
   let refusals = 0;
   for (const [name, [payload, reason]] of Object.entries(cheats)) {
     if (name === "lazy" && reason === null) continue; // the counter happened to be a solution
@@ -149,7 +149,7 @@ system.test("a join without a valid proof of work gets a fresh challenge and no 
   let after;
   for (const until = Date.now() + EVENTUALLY_MS; Date.now() < until; await sleep(300)) {
     await api.product(P);
-    after = (await api.stats(P)).body.queue;
+    after = (await api.stats(P)).body.room;
     if (after.pow_refused >= before.pow_refused + refusals) break;
   }
   assert.deepEqual([after.reported, after.waiting], [before.reported, before.waiting], JSON.stringify(after));
@@ -166,7 +166,7 @@ system.test("a join without a valid proof of work gets a fresh challenge and no 
   let counted;
   for (const until = Date.now() + EVENTUALLY_MS; Date.now() < until; await sleep(300)) {
     await api.product(P);
-    counted = (await api.stats(P)).body.queue;
+    counted = (await api.stats(P)).body.room;
     if (counted.reported + counted.rejoins_uncounted >= 2) break;
   }
   assert.deepEqual([counted.reported, counted.rejoins_uncounted], [1, 1], JSON.stringify(counted));
@@ -241,7 +241,7 @@ system.test("the infinite queue: a join without a solution gets a ticket like an
     assert.equal(r.body.code, "not_admitted", JSON.stringify(r.body));
   }
   await api.product(P);
-  const q = (await api.stats(P)).body.queue;
+  const q = (await api.stats(P)).body.room;
   assert.equal(q.pow_infinite_queued, 3, JSON.stringify(q));
   assert.equal(q.pow_refused, 0, JSON.stringify(q));
   assert.equal(q.reported, honest.length, `the bots are not in the line: ${JSON.stringify(q)}`);
@@ -263,11 +263,11 @@ async function farmRefused(api, P, farm, stock, level) {
     assert.deepEqual([fresh.data.buyer, fresh.keyPrefix], [b, "0".repeat(fresh.data.level)]);
     assert.equal(r.body.expected_tries, 16 ** fresh.data.level);
   }
-  const after = await refusalsReported(api, P, before.queue.pow_refused + farm.length);
-  assert.equal(after.queue.pow_refused, before.queue.pow_refused + farm.length, JSON.stringify(after.queue));
+  const after = await refusalsReported(api, P, before.room.pow_refused + farm.length);
+  assert.equal(after.room.pow_refused, before.room.pow_refused + farm.length, JSON.stringify(after.room));
   assert.deepEqual(
-    [after.queue.reported, after.queue.rejoins_uncounted, after.queue.pow_infinite_queued, after.available, after.held],
-    [before.queue.reported, before.queue.rejoins_uncounted, before.queue.pow_infinite_queued, before.available, before.held],
+    [after.room.reported, after.room.rejoins_uncounted, after.room.pow_infinite_queued, after.available, after.held],
+    [before.room.reported, before.room.rejoins_uncounted, before.room.pow_infinite_queued, before.available, before.held],
   );
 }
 
@@ -341,7 +341,7 @@ system.test("an honest buyer mid-solve when the level rises joins after one more
       if (r.status === 201) break;
     }
     assert.equal(r.status, 201, JSON.stringify(r.body));
-    const q = (await api.stats(P)).body.queue;
+    const q = (await api.stats(P)).body.room;
     assert.deepEqual([q.reported, q.pow_refused, q.pow_infinite_queued], [1, 1, 0], JSON.stringify(q));
   }
 });
@@ -408,8 +408,8 @@ system.test("a bot's poll, record and reserve agree that it is not admitted, bes
   // The honest ones reserve; the bots' refusals changed nothing.
   const stateAfter = (await api.stats(P)).body;
   assert.deepEqual(
-    [stateAfter.available, stateAfter.held, stateAfter.queue.reported, stateAfter.counters.reserve],
-    [stateBefore.available, stateBefore.held, stateBefore.queue.reported, stateBefore.counters.reserve],
+    [stateAfter.available, stateAfter.held, stateAfter.room.reported, stateAfter.counters.reserve],
+    [stateBefore.available, stateBefore.held, stateBefore.room.reported, stateBefore.counters.reserve],
   );
   for (const [i, h] of honest.entries()) {
     const r = await api.reserve(P, h, 1, `k-${h}`, { "flashgate-ticket": tickets[i] });
@@ -438,7 +438,7 @@ system.test("adaptive proof of work rises with the joins that paid, and is state
   const c = await api.challenge(P, "alice");
   assert.equal(c.body.parameters.keyPrefix, "0".repeat(level));
   assert.equal(c.body.expected_tries, 16 ** level);
-  const q = (await api.stats(P)).body.queue;
+  const q = (await api.stats(P)).body.room;
   assert.ok(q.joins_per_s >= 2 && q.pow_level === level, JSON.stringify(q));
   assert.equal((await api.product(P)).body.pow.asking >= level, true);
 });
@@ -465,7 +465,7 @@ system.test("free joins, rejoins and challenge fetches do not raise an adaptive 
   let q;
   for (const until = Date.now() + EVENTUALLY_MS; Date.now() < until; await sleep(300)) {
     await api.product(P);
-    q = (await api.stats(P)).body.queue;
+    q = (await api.stats(P)).body.room;
     if (q.pow_infinite_queued >= 600 && q.reported + q.rejoins_uncounted >= 30) break;
   }
   assert.equal(q.pow_infinite_queued, 600, JSON.stringify(q));

@@ -44,4 +44,4 @@ pub mod token;
 pub use batch::{Batch, BatchError, BatchResult, Event, EventResult, EventStatus};
 pub use codes::ProblemCode;
 pub use problem::ProblemDocument;
-pub use stats::{CounterStats, GateStats, OriginTotals, OutboxStats, QueueStats, SaleState};
+pub use stats::{CounterStats, GateStats, OriginTotals, OutboxStats, RoomStats, SaleState};

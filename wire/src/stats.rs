@@ -33,7 +33,9 @@ pub struct GateStats {
     pub outbox: OutboxStats,
     /// When the gate next has work (its alarm), in epoch milliseconds.
     pub next_deadline_ms: Option<u64>,
-    pub queue: QueueStats,
+    /// The waiting room. Reads `queue` too, the name older gates wrote.
+    #[serde(alias = "queue")]
+    pub room: RoomStats,
     /// Snapshots the object gave the edge since it loaded: each one a trip
     /// that answered many requests at the edge.
     pub snapshots: u64,
@@ -127,7 +129,7 @@ pub struct IsolateWork {
 
 /// The waiting room, if the product has one.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QueueStats {
+pub struct RoomStats {
     /// 0: no waiting room.
     pub admit_per_s: u32,
     /// Tickets the edges reported issuing.
