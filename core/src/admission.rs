@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::bloom::Bloom;
 use crate::config::limits;
 use crate::lottery::{AdmissionRecord, Lottery};
+use crate::pow::JoinRate;
 
 /// A ticket as the edge verified it: when its buyer arrived, and its
 /// tiebreak.
@@ -289,6 +290,60 @@ mod seconds {
     ) -> Result<BTreeMap<u64, u64>, D::Error> {
         let map = BTreeMap::<Second, u64>::deserialize(d)?;
         Ok(map.into_iter().map(|(Second(s), n)| (s, n)).collect())
+    }
+}
+
+/// The waiting room as a gate keeps it: its progress, which is stored, and
+/// what it reckons in memory of who joined and how fast.
+#[derive(Debug, Default)]
+pub struct Room {
+    /// The counts and progress (stored).
+    pub(crate) admission: Admission,
+    /// The tiebreaks of the buyers whose tickets the room counted, so that
+    /// one who joins again is not counted again. Memory only, made at the
+    /// first named report: after a reload, a buyer's next join is counted
+    /// once more.
+    pub(crate) joined: Option<Bloom>,
+    /// The joins the edges reported lately, which an adaptive proof of
+    /// work's level follows (`pow.rs`). Memory only.
+    pub(crate) joins: JoinRate,
+}
+
+impl Room {
+    /// An edge's report of the tickets it issued, each buyer counted once:
+    /// every counted ticket moves the watermark back for everyone after it,
+    /// so a buyer rejoining in a loop (at the buyers' rate limit) would
+    /// slow the room for all. Returns the rejoins left uncounted, and
+    /// whether the stored progress changed.
+    pub(crate) fn note_arrivals(
+        &mut self,
+        now_ms: u64,
+        rules: Rules,
+        arrivals: &Arrivals,
+    ) -> (u64, bool) {
+        let mut arrivals = arrivals.clone();
+        let mut forgotten = 0;
+        if !arrivals.named.is_empty() {
+            let joined = self
+                .joined
+                .get_or_insert_with(|| Bloom::with_capacity(limits::JOINED_SIZED_FOR));
+            forgotten = arrivals.forget_rejoins(joined);
+        }
+        // The join rate an adaptive proof of work follows is the tickets
+        // counted, each buyer once: a rejoin and a join without a valid
+        // solution cost nothing, and must not raise the price for all.
+        self.joins.note(now_ms, arrivals.tickets());
+        let changed = !arrivals.is_empty();
+        if changed {
+            self.admission.record(now_ms, rules, &arrivals);
+        }
+        (forgotten, changed)
+    }
+
+    /// Joins per second the edges reported over the last
+    /// `POW_RATE_WINDOW_S`.
+    pub fn joins_per_s(&self, now_ms: u64) -> u64 {
+        self.joins.per_s(now_ms)
     }
 }
 

@@ -77,13 +77,13 @@ impl Gate {
         // A shard's waiting room is home's copy, not its own to keep.
         let own_room = !matches!(self.escrow, crate::sharded::Escrow::Shard(_));
         let advancing = self.product_available() > 0 && self.mode == crate::config::Mode::Active;
-        if own_room && self.admission.advancing != advancing {
+        if own_room && self.room.admission.advancing != advancing {
             return Err(format!(
                 "the waiting room advances ({}) while the gate can sell ({advancing})",
-                self.admission.advancing
+                self.room.admission.advancing
             ));
         }
-        if self.admission.base_milli > self.admission.reported().saturating_mul(1000) {
+        if self.room.admission.base_milli > self.room.admission.reported().saturating_mul(1000) {
             return Err("the waiting room admitted more than was reported".into());
         }
         self.store.audit()?;

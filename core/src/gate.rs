@@ -23,7 +23,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::admission::{Admission, Arrivals, Rules, Ticket};
+use crate::admission::{Admission, Arrivals, Room, Rules, Ticket};
 use crate::archive::Archive;
 use crate::bloom::Bloom;
 use crate::buyers::{BuyerSlot, Buyers};
@@ -38,7 +38,6 @@ use crate::outcome::{
     ReservationId, ReserveOutcome, Voided,
 };
 use crate::pacing::Pacing;
-use crate::pow::JoinRate;
 use crate::rows::{ItemKey, ReservationRow};
 use crate::sharded::Escrow;
 use crate::stats::{Counters, Levels, Stats};
@@ -78,8 +77,8 @@ pub struct Gate {
     /// Every buyer some record refers to, with their units.
     pub(crate) buyers: Buyers,
     pub(crate) outbox: Outbox,
-    /// The waiting room's counts and progress (stored).
-    pub(crate) admission: Admission,
+    /// The waiting room: its progress (stored) and its joins (memory).
+    pub(crate) room: Room,
     /// Reserve attempts per buyer in the current window (memory only).
     pub(crate) pacing: Pacing,
     pub(crate) dirty: Dirty,
@@ -96,14 +95,6 @@ pub struct Gate {
     pub(crate) paid_buyers: Bloom,
     /// The buyers `paid_buyers` was sized for.
     pub(crate) paid_buyers_sized_for: u64,
-    /// The tiebreaks of the buyers whose tickets the waiting room counted,
-    /// so that one who joins again is not counted again. Memory only, made
-    /// at the first named report: after a reload, a buyer's next join is
-    /// counted once more.
-    pub(crate) joined: Option<Bloom>,
-    /// The joins the edges reported lately, which an adaptive proof of
-    /// work's level follows (`pow.rs`). Memory only.
-    pub(crate) joins: JoinRate,
     /// Which part of the product's stock this gate keeps (`sharded.rs`).
     pub(crate) escrow: Escrow,
 }
@@ -262,7 +253,8 @@ impl Gate {
         gate.available = stock_total;
         gate.dirty.meta = true;
         gate.dirty.config = true;
-        gate.admission
+        gate.room
+            .admission
             .checkpoint(now_ms, gate.admission_rules(), stock_total > 0);
         gate.dirty.admission = true;
         gate.emit_stock(now_ms);
@@ -312,7 +304,7 @@ impl Gate {
             purge: BTreeSet::new(),
             buyers: Buyers::default(),
             outbox,
-            admission: Admission::default(),
+            room: Room::default(),
             pacing: Pacing::default(),
             dirty: Dirty::default(),
             counters: Counters::default(),
@@ -320,8 +312,6 @@ impl Gate {
             archived: false,
             paid_buyers: Bloom::with_capacity(paid_buyers_sized_for(escrowed)),
             paid_buyers_sized_for: paid_buyers_sized_for(escrowed),
-            joined: None,
-            joins: JoinRate::default(),
             escrow: Escrow::Single,
         }
     }
@@ -686,9 +676,9 @@ impl Gate {
             let key = ticket.key(rules.opens_at_ms);
             // A ticket of the infinite queue is never admitted: it answers
             // as a ticket still waiting would.
-            if ticket.infinite_queue || !self.admission.watermark(now_ms, rules).admits(key) {
+            if ticket.infinite_queue || !self.room.admission.watermark(now_ms, rules).admits(key) {
                 return Some(ReserveOutcome::NotAdmitted {
-                    position: self.admission.position(key, now_ms, rules).max(1),
+                    position: self.room.admission.position(key, now_ms, rules).max(1),
                 });
             }
         }
@@ -1041,12 +1031,13 @@ impl Gate {
             return;
         }
         let advancing = self.product_available() > 0 && self.mode == Mode::Active;
-        if self.admission.advancing != advancing {
+        if self.room.admission.advancing != advancing {
             let rules = self.admission_rules();
             // Edges extrapolate the snapshot they hold: what they said
             // before the stop stays true (`SOLD_OUT_LAG_MS`, the lag of
             // every edge answer).
-            self.admission
+            self.room
+                .admission
                 .checkpoint_after_lag(now_ms, rules, advancing, SOLD_OUT_LAG_MS);
             self.dirty.admission = true;
             self.note_watermark(now_ms);
@@ -1066,21 +1057,10 @@ impl Gate {
         self.counters.edge_sold_out += arrivals.edge_sold_out;
         self.counters.edge_not_admitted += arrivals.edge_not_admitted;
         self.counters.edge_rate_limited += arrivals.edge_rate_limited;
-        let mut arrivals = arrivals.clone();
-        if !arrivals.named.is_empty() {
-            let joined = self
-                .joined
-                .get_or_insert_with(|| Bloom::with_capacity(limits::JOINED_SIZED_FOR));
-            let forgotten = arrivals.forget_rejoins(joined);
-            self.counters.rejoins_uncounted += forgotten;
-        }
-        // The join rate an adaptive proof of work follows is the tickets
-        // counted, each buyer once: a rejoin and a join without a valid
-        // solution cost nothing, and must not raise the price for all.
-        self.joins.note(now_ms, arrivals.tickets());
-        if !arrivals.is_empty() {
-            let rules = self.admission_rules();
-            self.admission.record(now_ms, rules, &arrivals);
+        let rules = self.admission_rules();
+        let (forgotten, changed) = self.room.note_arrivals(now_ms, rules, arrivals);
+        self.counters.rejoins_uncounted += forgotten;
+        if changed {
             self.dirty.admission = true;
         }
         // Every edge's refresh comes here about once a second: the record
@@ -1095,7 +1075,7 @@ impl Gate {
     /// A stock shard takes its room, key included, from home's replies.
     pub fn lottery_wanted(&self) -> bool {
         self.config.admit_per_s > 0
-            && self.admission.lottery.key.is_none()
+            && self.room.admission.lottery.key.is_none()
             && !matches!(self.escrow, Escrow::Shard(_))
     }
 
@@ -1104,7 +1084,7 @@ impl Gate {
     /// have been ordered by it.
     pub fn handle_lottery_key(&mut self, key: LotteryKey) {
         if self.lottery_wanted() {
-            self.admission.lottery.key = Some(key);
+            self.room.admission.lottery.key = Some(key);
             self.dirty.admission = true;
         }
     }
@@ -1116,13 +1096,13 @@ impl Gate {
     fn redraw_if_rescheduled(&mut self, now_ms: u64, config: &Config) {
         let moved = (config.opens_at_ms, config.prequeue_ms)
             != (self.config.opens_at_ms, self.config.prequeue_ms);
-        let untouched = self.admission.reported() == 0
+        let untouched = self.room.admission.reported() == 0
             && self
                 .config
                 .opens_at_ms
                 .is_some_and(|o| now_ms < o.saturating_sub(self.config.prequeue_ms));
-        if moved && untouched && self.admission.lottery.key.is_some() {
-            self.admission.lottery.key = None;
+        if moved && untouched && self.room.admission.lottery.key.is_some() {
+            self.room.admission.lottery.key = None;
             self.dirty.admission = true;
         }
     }
@@ -1141,10 +1121,11 @@ impl Gate {
     /// what it admits.
     fn note_watermark(&mut self, now_ms: u64) {
         let below = self
+            .room
             .admission
             .watermark(now_ms, self.admission_rules())
             .below;
-        if self.admission.record.note(now_ms, below) {
+        if self.room.admission.record.note(now_ms, below) {
             self.dirty.admission = true;
         }
     }
@@ -1158,6 +1139,7 @@ impl Gate {
         let l = self.product_levels();
         Uptake {
             admitted: self
+                .room
                 .admission
                 .admitted_milli(now_ms, self.admission_rules())
                 / 1000,
@@ -1171,17 +1153,17 @@ impl Gate {
     pub fn pow_level(&self, now_ms: u64) -> Option<u8> {
         self.config
             .pow
-            .level_at(self.joins.per_s(now_ms), self.config.admit_per_s)
+            .level_at(self.room.joins_per_s(now_ms), self.config.admit_per_s)
     }
 
     /// Joins per second the edges reported over the last
     /// `POW_RATE_WINDOW_S`.
     pub fn joins_per_s(&self, now_ms: u64) -> u64 {
-        self.joins.per_s(now_ms)
+        self.room.joins_per_s(now_ms)
     }
 
     pub fn admission(&self) -> &Admission {
-        &self.admission
+        &self.room.admission
     }
 
     /// A filter of every buyer who holds or bought units, those with only
@@ -1427,8 +1409,8 @@ impl Gate {
                 // What was admitted under the old rate, and what an edge's
                 // snapshot says under it for the lag, stays admitted; the
                 // new rate counts from then.
-                let advancing = self.admission.advancing;
-                self.admission.checkpoint_after_lag(
+                let advancing = self.room.admission.advancing;
+                self.room.admission.checkpoint_after_lag(
                     now_ms,
                     rules_before,
                     advancing,
@@ -1497,8 +1479,9 @@ impl Gate {
             available: l.available,
             held: l.held,
             sold: l.sold,
-            queue_reported: self.admission.reported(),
+            queue_reported: self.room.admission.reported(),
             queue_admitted: self
+                .room
                 .admission
                 .admitted_milli(now_ms, self.admission_rules())
                 / 1000,
@@ -1533,12 +1516,13 @@ impl Gate {
             outbox_attempts: self.outbox.attempts,
             outbox_retry_at_ms: self.outbox.retry_at_ms,
             next_deadline_ms: self.poll_timeout(),
-            queue_reported: self.admission.reported(),
+            queue_reported: self.room.admission.reported(),
             queue_admitted: self
+                .room
                 .admission
                 .admitted_milli(now_ms, self.admission_rules())
                 / 1000,
-            queue_advancing: self.admission.advancing,
+            queue_advancing: self.room.admission.advancing,
             pow: self.config.pow,
             pow_level: self.pow_level(now_ms),
             joins_per_s: self.joins_per_s(now_ms),

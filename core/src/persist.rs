@@ -30,7 +30,7 @@ impl Gate {
             out.push(Change::Put(Row::Config(self.config.clone())));
         }
         if std::mem::take(&mut self.dirty.admission) {
-            out.push(Change::Put(Row::Admission(self.admission.clone())));
+            out.push(Change::Put(Row::Admission(self.room.admission.clone())));
         }
         if std::mem::take(&mut self.dirty.escrow) && self.escrow != Escrow::Single {
             out.push(Change::Put(Row::Escrow(Box::new(self.escrow.clone()))));
@@ -99,7 +99,7 @@ impl Gate {
         let mut rows = vec![
             Row::Meta(self.meta_row()),
             Row::Config(self.config.clone()),
-            Row::Admission(self.admission.clone()),
+            Row::Admission(self.room.admission.clone()),
         ];
         if self.escrow != Escrow::Single {
             rows.push(Row::Escrow(Box::new(self.escrow.clone())));
@@ -307,7 +307,7 @@ impl Restorer {
                 meta.outbox_retry_at_ms,
             ),
         );
-        gate.admission = admission;
+        gate.room.admission = admission;
         gate.escrow = self.escrow.take().unwrap_or_default();
         gate.archived = self.archive;
         self.gate = Some(gate);

@@ -291,6 +291,7 @@ impl Gate {
         }
         let rules = self.admission_rules();
         !self
+            .room
             .admission
             .watermark(now_ms, rules)
             .admits(ticket.key(rules.opens_at_ms))
@@ -370,8 +371,8 @@ impl Gate {
         if self.mode != rules.mode {
             self.mode = rules.mode;
         }
-        if self.admission != rules.admission {
-            self.admission = rules.admission.clone();
+        if self.room.admission != rules.admission {
+            self.room.admission = rules.admission.clone();
             self.dirty.admission = true;
         }
         self.dirty.meta = true;
@@ -491,7 +492,7 @@ impl Gate {
             version,
             config: self.config.clone(),
             mode: self.mode,
-            admission: self.admission.clone(),
+            admission: self.room.admission.clone(),
         }
     }
 
