@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { execFile, execFileSync, spawn } from "node:child_process";
 import { join } from "node:path";
 import * as keys from "../support/keys.mjs";
+import { EVENTUALLY_MS, sleep } from "../support/client.mjs";
 import { ROOT } from "../support/runtime.mjs";
 import { withGate } from "../support/system.mjs";
 
@@ -237,7 +238,14 @@ test("--pow-level: every buyer solves the waiting room's proof of work natively 
   assert.equal(report.endpoints.join.answers["201"], 120, seen);
   // Cancelled units sell again, so at least the stock was reserved.
   assert.ok(report.outcomes.reserved >= 30, seen);
-  const q = (await api.stats("load-pow")).body.room;
+  // The edge reports its tickets home with its next refresh, about a
+  // second after the last join: the count arrives eventually.
+  const deadline = Date.now() + EVENTUALLY_MS;
+  let q = (await api.stats("load-pow")).body.room;
+  while (q.reported < 120 && Date.now() < deadline) {
+    await sleep(200);
+    q = (await api.stats("load-pow")).body.room;
+  }
   assert.deepEqual([q.pow_mode, q.pow_level, q.reported], ["fixed", 2, 120], JSON.stringify(q));
 }));
 
