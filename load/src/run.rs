@@ -1460,78 +1460,134 @@ pub async fn run(cfg: Config, stop: Arc<Stop>) -> Report {
     r
 }
 
+/// What the buyers' own ends add up to: every answer they saw, by
+/// endpoint, and what the verdict judges.
+#[derive(Default)]
+struct Tally {
+    seen: Observed,
+    per_endpoint: BTreeMap<Endpoint, (Vec<f64>, BTreeMap<String, u64>)>,
+    outcomes: BTreeMap<String, u64>,
+    fates: BTreeMap<String, u64>,
+    ranks: Vec<(u64, u64)>,
+    requests: u64,
+    reserve_requests: u64,
+    sold_out_ms: Vec<f64>,
+    unavailable_answers: u64,
+    reserves_unanswered: u64,
+    waits: Vec<EscrowWait>,
+}
+
+impl Tally {
+    fn of(ends: Vec<BuyerEnd>, seen: Observed) -> Tally {
+        let mut t = Tally {
+            seen,
+            ..Tally::default()
+        };
+        for end in ends {
+            for s in end.samples {
+                t.requests += 1;
+                if s.endpoint == Endpoint::Reserve {
+                    t.reserve_requests += 1;
+                    if s.label == ProblemCode::SoldOut.as_str() {
+                        t.sold_out_ms.push(s.ms);
+                    }
+                    // Counted by status: a 503 is never a sold-out, whatever
+                    // its body says.
+                    if s.status == Some(ProblemCode::Unavailable.status()) {
+                        t.unavailable_answers += 1;
+                    }
+                    if s.status.is_none() {
+                        t.reserves_unanswered += 1;
+                    }
+                    t.waits.extend(s.escrow_wait);
+                }
+                let e = t.per_endpoint.entry(s.endpoint).or_default();
+                e.0.push(s.ms);
+                *e.1.entry(s.label).or_default() += 1;
+            }
+            *t.outcomes.entry(end.outcome).or_default() += 1;
+            if let Some(f) = end.fate {
+                *t.fates.entry(f).or_default() += 1;
+            }
+            t.seen.reserved.extend(end.reservation);
+            t.ranks.extend(end.ranks);
+            t.seen.confirmed.extend(end.confirmed);
+            t.seen.confirm_unanswered.extend(end.confirm_unanswered);
+            t.seen.forgotten.extend(end.forgotten);
+            t.seen.timeline.refused.extend(end.timeline.refused);
+            t.seen.timeline.served.extend(end.timeline.served);
+            t.seen.timeline.returned_us.extend(end.timeline.returned_us);
+        }
+        t
+    }
+
+    /// Cancels by whether the gate acknowledged them.
+    fn cancels(&self, acknowledged: bool) -> u64 {
+        self.fates
+            .iter()
+            .filter(|(f, _)| (f.as_str() == "cancel") == acknowledged && f.starts_with("cancel"))
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+/// What the object's own stats say moved between the first and the last
+/// read: the share of requests that reached it, and its isolate's work.
+fn object_figures(
+    before: &Option<Stats>,
+    last: &Option<Stats>,
+    requests: u64,
+) -> (Option<f64>, Option<IsolateWork>) {
+    let (Some(Stats::Gate(b)), Some(Stats::Gate(a))) = (before, last) else {
+        return (None, None);
+    };
+    let own = decisions(a).saturating_sub(decisions(b));
+    let (bw, aw) = (&b.work.isolate, &a.work.isolate);
+    (
+        Some(own as f64 / requests.max(1) as f64),
+        Some(IsolateWork {
+            events: aw.events.saturating_sub(bw.events),
+            rows_read: aw.rows_read.saturating_sub(bw.rows_read),
+            rows_written: aw.rows_written.saturating_sub(bw.rows_written),
+        }),
+    )
+}
+
+/// The sale's stored history against what the buyers saw.
+fn history_figures(
+    before: Option<history_check::Totals>,
+    after: Option<history_check::Totals>,
+    t: &Tally,
+) -> Option<history_check::HistoryCheck> {
+    let (before, after) = (before?, after?);
+    let granted: std::collections::BTreeSet<&str> =
+        t.seen.reserved.iter().map(|h| h.id.as_str()).collect();
+    Some(history_check::check(
+        before,
+        after,
+        history_check::Seen {
+            reserved: granted.len() as u64,
+            confirmed: t.seen.confirmed.len() as u64,
+            cancelled: t.cancels(true),
+            sold_out: t.sold_out_ms.len() as u64,
+            reserves_unanswered: t.reserves_unanswered,
+            confirms_unanswered: t.seen.confirm_unanswered.len() as u64,
+            cancels_not_acknowledged: t.cancels(false),
+        },
+    ))
+}
+
 /// The report of what `m` holds.
 fn report(cfg: &Config, m: Measured, read_retries: u64, incomplete: Option<String>) -> Report {
-    let mut seen = Observed {
+    let seen = Observed {
         stock_total: m.stock_total,
         orders: m.orders,
         drift_units: m.drift_units,
         available_at_end: m.available_at_end,
         ..Observed::default()
     };
-    let mut per_endpoint: BTreeMap<Endpoint, (Vec<f64>, BTreeMap<String, u64>)> = BTreeMap::new();
-    let mut outcomes: BTreeMap<String, u64> = BTreeMap::new();
-    let mut fates: BTreeMap<String, u64> = BTreeMap::new();
-    let mut ranks = Vec::new();
-    let mut requests = 0u64;
-    let mut reserve_requests = 0u64;
-    let mut sold_out_ms = Vec::new();
-    let mut unavailable_answers = 0u64;
-    let mut reserves_unanswered = 0u64;
-    let mut waits = Vec::new();
-    for end in m.ends {
-        for s in end.samples {
-            requests += 1;
-            if s.endpoint == Endpoint::Reserve {
-                reserve_requests += 1;
-                if s.label == ProblemCode::SoldOut.as_str() {
-                    sold_out_ms.push(s.ms);
-                }
-                // Counted by status: a 503 is never a sold-out, whatever
-                // its body says.
-                if s.status == Some(ProblemCode::Unavailable.status()) {
-                    unavailable_answers += 1;
-                }
-                if s.status.is_none() {
-                    reserves_unanswered += 1;
-                }
-                waits.extend(s.escrow_wait);
-            }
-            let e = per_endpoint.entry(s.endpoint).or_default();
-            e.0.push(s.ms);
-            *e.1.entry(s.label).or_default() += 1;
-        }
-        *outcomes.entry(end.outcome).or_default() += 1;
-        if let Some(f) = end.fate {
-            *fates.entry(f).or_default() += 1;
-        }
-        seen.reserved.extend(end.reservation);
-        ranks.extend(end.ranks);
-        seen.confirmed.extend(end.confirmed);
-        seen.confirm_unanswered.extend(end.confirm_unanswered);
-        seen.forgotten.extend(end.forgotten);
-        seen.timeline.refused.extend(end.timeline.refused);
-        seen.timeline.served.extend(end.timeline.served);
-        seen.timeline.returned_us.extend(end.timeline.returned_us);
-    }
-    let reached_object = match (&m.before, &m.last) {
-        (Some(Stats::Gate(b)), Some(Stats::Gate(a))) => {
-            let own = decisions(a).saturating_sub(decisions(b));
-            Some(own as f64 / requests.max(1) as f64)
-        }
-        _ => None,
-    };
-    let work = match (&m.before, &m.last) {
-        (Some(Stats::Gate(b)), Some(Stats::Gate(a))) => {
-            let (b, a) = (&b.work.isolate, &a.work.isolate);
-            Some(IsolateWork {
-                events: a.events.saturating_sub(b.events),
-                rows_read: a.rows_read.saturating_sub(b.rows_read),
-                rows_written: a.rows_written.saturating_sub(b.rows_written),
-            })
-        }
-        _ => None,
-    };
+    let t = Tally::of(m.ends, seen);
+    let (reached_object, work) = object_figures(&m.before, &m.last, t.requests);
     let shares = match cfg.system {
         System::Flashgate => {
             let used = cfg.shares.followed(cfg.payment_keys.is_some());
@@ -1548,38 +1604,12 @@ fn report(cfg: &Config, m: Measured, read_retries: u64, incomplete: Option<Strin
         Some(Stats::Gate(s)) => s
             .escrow
             .as_ref()
-            .map(|e| EscrowFigures::of(e, reserve_requests)),
+            .map(|e| EscrowFigures::of(e, t.reserve_requests)),
         _ => None,
     };
-    let history = match (m.history_before, m.history_after) {
-        (Some(before), Some(after)) => {
-            let granted: std::collections::BTreeSet<&str> =
-                seen.reserved.iter().map(|h| h.id.as_str()).collect();
-            let cancels = |ok: bool| -> u64 {
-                fates
-                    .iter()
-                    .filter(|(f, _)| (f.as_str() == "cancel") == ok && f.starts_with("cancel"))
-                    .map(|(_, n)| n)
-                    .sum()
-            };
-            Some(history_check::check(
-                before,
-                after,
-                history_check::Seen {
-                    reserved: granted.len() as u64,
-                    confirmed: seen.confirmed.len() as u64,
-                    cancelled: cancels(true),
-                    sold_out: sold_out_ms.len() as u64,
-                    reserves_unanswered,
-                    confirms_unanswered: seen.confirm_unanswered.len() as u64,
-                    cancels_not_acknowledged: cancels(false),
-                },
-            ))
-        }
-        _ => None,
-    };
+    let history = history_figures(m.history_before, m.history_after, &t);
     let verdict = (cfg.system != System::Ceiling).then(|| {
-        let mut v = verdict::judge(&seen);
+        let mut v = verdict::judge(&t.seen);
         if let Some(h) = &history {
             v.violations.extend(h.violations.iter().cloned());
         }
@@ -1594,9 +1624,10 @@ fn report(cfg: &Config, m: Measured, read_retries: u64, incomplete: Option<Strin
         connections: cfg.connections as u64,
         stock_total: m.stock_total,
         duration_s: m.duration_s,
-        requests,
-        throughput_rps: requests as f64 / m.duration_s.max(f64::MIN_POSITIVE),
-        endpoints: per_endpoint
+        requests: t.requests,
+        throughput_rps: t.requests as f64 / m.duration_s.max(f64::MIN_POSITIVE),
+        endpoints: t
+            .per_endpoint
             .into_iter()
             .map(|(e, (samples, labels))| {
                 (
@@ -1608,23 +1639,23 @@ fn report(cfg: &Config, m: Measured, read_retries: u64, incomplete: Option<Strin
                 )
             })
             .collect(),
-        outcomes,
-        fates,
+        outcomes: t.outcomes,
+        fates: t.fates,
         shares,
-        sold_out_latency: (!sold_out_ms.is_empty()).then(|| Latency::of(sold_out_ms)),
-        unavailable_answers,
-        escrow_waits: EscrowWaits::of(&waits),
+        sold_out_latency: (!t.sold_out_ms.is_empty()).then(|| Latency::of(t.sold_out_ms)),
+        unavailable_answers: t.unavailable_answers,
+        escrow_waits: EscrowWaits::of(&t.waits),
         reached_object,
         work,
         sell_out_ms: None,
         settle_ms: m.settle_ms,
-        fairness_tau: kendall_tau(&ranks),
-        fairness_pairs: ranks.len() as u64,
+        fairness_tau: kendall_tau(&t.ranks),
+        fairness_pairs: t.ranks.len() as u64,
         db_writes: m.db_writes,
         db_writes_per_reserve: m
             .db_writes
-            .map(|w| w as f64 / reserve_requests.max(1) as f64),
-        reserve_requests,
+            .map(|w| w as f64 / t.reserve_requests.max(1) as f64),
+        reserve_requests: t.reserve_requests,
         read_retries,
         product_made: m.closed.map(|c| match c {
             Ok(()) => Cleanup::Closed,
