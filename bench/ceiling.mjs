@@ -4,11 +4,12 @@ import { spawn } from "node:child_process";
 import { copyFileSync, mkdtempSync, mkdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { freePort, ROOT, WORKERD } from "../tests/support/runtime.mjs";
+import { freePort, requireBuilt, ROOT, WORKERD } from "../tests/support/runtime.mjs";
 
 /** Starts the ceiling on bare workerd; with `inspector`, workerd listens
  * for the V8 inspector on that port. */
 export async function startCeiling({ inspector } = {}) {
+  requireBuilt([[WORKERD, "npm ci"]]);
   const dir = mkdtempSync(join(tmpdir(), "flashgate-ceiling-"));
   mkdirSync(join(dir, "do-state"));
   copyFileSync(join(ROOT, "bench/baseline/ceiling.js"), join(dir, "ceiling.js"));

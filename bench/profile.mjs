@@ -14,7 +14,7 @@ import { spawn } from "node:child_process";
 import { mkdtempSync, mkdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { freePort, gateVars, writeConfig, WORKERD } from "../tests/support/runtime.mjs";
+import { exitUnlessBuilt, freePort, GATE_BUILT, gateVars, writeConfig, WORKERD } from "../tests/support/runtime.mjs";
 import { client } from "../tests/support/client.mjs";
 import { buyerToken } from "../tests/support/keys.mjs";
 import { load } from "./load.mjs";
@@ -31,6 +31,9 @@ const SHARDS = Number(process.env.BENCH_SHARDS ?? 1);
 // ceiling instead, under the same load: the runtime's own cost per request,
 // the floor the gate's figures stand on.
 const CEILING = MODE.startsWith("ceiling-") ? `/${MODE.slice("ceiling-".length)}` : null;
+// A fresh clone has neither workerd nor the built Worker: say which command
+// builds each before anything is spawned, not a bare ENOENT after.
+exitUnlessBuilt(CEILING ? [[WORKERD, "npm ci"]] : GATE_BUILT);
 const dir = mkdtempSync(join(tmpdir(), "flashgate-profile-"));
 mkdirSync(join(dir, "state"));
 const inspector = await freePort();
