@@ -99,8 +99,8 @@ pub struct Arrivals {
     /// an adaptive proof of work's level (`crate::pow`): they cost their
     /// senders nothing (a join without a payload is a challenge fetch), so
     /// counting them would let anyone raise the price for everyone.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub pow_refused: u64,
+    #[serde(default, skip_serializing_if = "is_zero", alias = "pow_refused")]
+    pub pow_required: u64,
     #[serde(default, skip_serializing_if = "is_zero", alias = "pow_shadowed")]
     pub pow_infinite_queued: u64,
     /// Reserves the edge answered from its snapshot, and refused over the
@@ -132,7 +132,7 @@ impl Arrivals {
     /// Nothing at all to report.
     pub fn is_nothing(&self) -> bool {
         self.is_empty()
-            && self.pow_refused == 0
+            && self.pow_required == 0
             && self.pow_infinite_queued == 0
             && self.edge_sold_out == 0
             && self.edge_not_admitted == 0
@@ -173,7 +173,7 @@ impl Arrivals {
     /// `limits::ARRIVALS_NAMED_MAX`.
     pub fn merge(&mut self, more: &Arrivals) {
         self.prequeue += more.prequeue;
-        self.pow_refused = self.pow_refused.saturating_add(more.pow_refused);
+        self.pow_required = self.pow_required.saturating_add(more.pow_required);
         self.pow_infinite_queued = self
             .pow_infinite_queued
             .saturating_add(more.pow_infinite_queued);
@@ -678,6 +678,9 @@ mod tests {
         let a: Arrivals =
             serde_json::from_str(r#"{"prequeue":0,"per_second":[],"pow_shadowed":3}"#).unwrap();
         assert_eq!(a.pow_infinite_queued, 3);
+        let a: Arrivals =
+            serde_json::from_str(r#"{"prequeue":0,"per_second":[],"pow_refused":5}"#).unwrap();
+        assert_eq!(a.pow_required, 5);
         let back = serde_json::to_string(&t).unwrap();
         assert!(back.contains("\"infinite_queue\":true"), "{back}");
     }

@@ -1052,7 +1052,7 @@ impl Gate {
     /// loop (at the buyers' rate limit) would slow the room for all.
     pub fn handle_arrivals(&mut self, now_ms: u64, arrivals: &Arrivals) {
         self.settle(now_ms);
-        self.counters.pow_refused += arrivals.pow_refused;
+        self.counters.pow_required += arrivals.pow_required;
         self.counters.pow_infinite_queued += arrivals.pow_infinite_queued;
         self.counters.edge_sold_out += arrivals.edge_sold_out;
         self.counters.edge_not_admitted += arrivals.edge_not_admitted;

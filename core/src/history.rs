@@ -457,7 +457,7 @@ impl Timeline {
         let r = |k| total.reserve(k);
         s.refused = Refusals {
             rate_limited: r(ReserveKind::RateLimited) + total.edge_rate_limited,
-            proof_of_work: total.pow_refused,
+            proof_of_work: total.pow_required,
             infinite_queue: total.pow_infinite_queued,
             not_admitted: r(ReserveKind::NotAdmitted) + total.edge_not_admitted,
             sold_out: r(ReserveKind::SoldOut) + total.edge_sold_out,
@@ -741,7 +741,7 @@ mod tests {
         c.add(&counted(6, 20));
         c.edge_sold_out = 70;
         c.edge_rate_limited = 5;
-        c.pow_refused = 3;
+        c.pow_required = 3;
         c.holds_confirmed = 8;
         home.note(5_900, &c, shipped(0, 2, 6));
         let s = merge(&[home]).summary();

@@ -23,7 +23,7 @@ pub struct Counters {
     pub rejoins_uncounted: u64,
     /// Joins the edges refused for want of a valid proof of work, and
     /// those they sent to the infinite queue (`pow.rs`).
-    pub pow_refused: u64,
+    pub pow_required: u64,
     pub pow_infinite_queued: u64,
     /// Reserves the edges answered themselves, from their snapshot
     /// (`sold_out`, `not_admitted`), and those they refused over the
@@ -89,7 +89,7 @@ impl Counters {
             holds_confirmed,
             holds_cancelled,
             rejoins_uncounted,
-            pow_refused,
+            pow_required,
             pow_infinite_queued,
             edge_sold_out,
             edge_not_admitted,
@@ -108,7 +108,7 @@ impl Counters {
         f(holds_confirmed, other.holds_confirmed);
         f(holds_cancelled, other.holds_cancelled);
         f(rejoins_uncounted, other.rejoins_uncounted);
-        f(pow_refused, other.pow_refused);
+        f(pow_required, other.pow_required);
         f(pow_infinite_queued, other.pow_infinite_queued);
         f(edge_sold_out, other.edge_sold_out);
         f(edge_not_admitted, other.edge_not_admitted);
@@ -149,7 +149,9 @@ impl Counters {
                 "holds_confirmed" => Some(&mut self.holds_confirmed),
                 "holds_cancelled" => Some(&mut self.holds_cancelled),
                 "rejoins_uncounted" => Some(&mut self.rejoins_uncounted),
-                "pow_refused" => Some(&mut self.pow_refused),
+                // `pow_refused` is how builds before the name was the
+                // answer's own stored it.
+                "pow_required" | "pow_refused" => Some(&mut self.pow_required),
                 "pow_infinite_queued" => Some(&mut self.pow_infinite_queued),
                 "edge_sold_out" => Some(&mut self.edge_sold_out),
                 "edge_not_admitted" => Some(&mut self.edge_not_admitted),
@@ -167,7 +169,7 @@ impl Counters {
             ("holds_confirmed", self.holds_confirmed),
             ("holds_cancelled", self.holds_cancelled),
             ("rejoins_uncounted", self.rejoins_uncounted),
-            ("pow_refused", self.pow_refused),
+            ("pow_required", self.pow_required),
             ("pow_infinite_queued", self.pow_infinite_queued),
             ("edge_sold_out", self.edge_sold_out),
             ("edge_not_admitted", self.edge_not_admitted),
@@ -191,7 +193,7 @@ impl Counters {
 }
 
 /// Counters travel and are stored as an object of their nonzero counts by
-/// name (`named`): `{"reserve.reserved": 3, "pow_refused": 1}`. A name no
+/// name (`named`): `{"reserve.reserved": 3, "pow_required": 1}`. A name no
 /// counter has is refused, so a stored history read by an older build
 /// fails loudly rather than dropping counts.
 impl serde::Serialize for Counters {
@@ -319,5 +321,14 @@ mod tests {
         assert!(!back.set_named("reserve.no_such_code", 1));
         assert!(!back.set_named("no_such_counter", 1));
         assert!(!back.set_named("refund.reserved", 1));
+    }
+
+    /// Counters stored before the proof-of-work refusals took their
+    /// answer's name read into the same slot, and are written back new.
+    #[test]
+    fn the_old_name_of_the_proof_of_work_refusals_still_reads() {
+        let c: Counters = serde_json::from_str(r#"{"pow_refused":4}"#).unwrap();
+        assert_eq!(c.pow_required, 4);
+        assert_eq!(serde_json::to_string(&c).unwrap(), r#"{"pow_required":4}"#);
     }
 }

@@ -371,7 +371,7 @@ mod pow_rate {
         assert_eq!(g.pow_level(NOW), Some(1));
         // A flood of free joins, and one buyer rejoining 200 times.
         let mut free = Arrivals {
-            pow_refused: 10_000,
+            pow_required: 10_000,
             pow_infinite_queued: 10_000,
             ..Arrivals::default()
         };
@@ -388,7 +388,7 @@ mod pow_rate {
         let stats = g.stats(NOW);
         assert_eq!(
             (
-                stats.counters.pow_refused,
+                stats.counters.pow_required,
                 stats.counters.pow_infinite_queued
             ),
             (10_000, 10_000),

@@ -308,7 +308,7 @@ mod tests {
                 pow_level: None,
                 pow_infinite_queue: false,
                 joins_per_s: 0,
-                pow_refused: 0,
+                pow_required: 0,
                 pow_infinite_queued: 0,
             },
             snapshots: 0,

@@ -436,8 +436,8 @@ impl EdgeCache {
 
     /// Counts a join refused for want of a valid proof of work, for the
     /// next report.
-    pub fn pow_refused(&mut self, product_id: &str) {
-        self.report_mut(product_id).pow_refused += 1;
+    pub fn pow_required(&mut self, product_id: &str) {
+        self.report_mut(product_id).pow_required += 1;
     }
 
     /// Counts a ticket of the infinite queue, for the next report (it is

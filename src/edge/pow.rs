@@ -34,7 +34,7 @@ pub enum JoinAnswer {
     /// without a valid solution.
     InfiniteQueue,
     /// No ticket: `pow_required` with a fresh challenge, and why (`None`:
-    /// no payload). The stats count these as `pow_refused`.
+    /// no payload). The stats count these as `pow_required`.
     PowRequired(Option<PowError>),
 }
 

@@ -116,7 +116,7 @@ pub fn join(
         JoinAnswer::Ticket => false,
         JoinAnswer::InfiniteQueue => true,
         JoinAnswer::PowRequired(why) => {
-            cache.pow_refused(product_id);
+            cache.pow_required(product_id);
             return Decided::Challenge(Challenging {
                 level: q.pow.map_or(1, |p| p.level),
                 now_ms,

@@ -397,7 +397,7 @@ pub fn stats(product_id: &str, s: &Stats, admit_per_s: u32, delivery: &ShellStat
             pow_level: s.pow_level,
             pow_infinite_queue: s.pow.infinite_queue,
             joins_per_s: s.joins_per_s,
-            pow_refused: s.counters.pow_refused,
+            pow_required: s.counters.pow_required,
             pow_infinite_queued: s.counters.pow_infinite_queued,
         },
         snapshots: delivery.snapshots,

@@ -44,7 +44,7 @@ for (const [lang, solving, done] of [
     // refusal, and one reservation held.
     const q = (await api.stats(product)).body;
     assert.equal(q.held, 1, JSON.stringify(q));
-    assert.equal(q.room.pow_refused, 0, JSON.stringify(q.room));
+    assert.equal(q.room.pow_required, 0, JSON.stringify(q.room));
     // Everything came from the gate itself, and the policy refused nothing.
     assert.ok(requests.some((u) => u.endsWith("/vendor/altcha-3.2.2/pbkdf2.js")), "the widget's worker ran");
     assert.deepEqual(requests.filter((u) => !u.startsWith(shop.url)), [], "no external resource");

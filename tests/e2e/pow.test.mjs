@@ -59,7 +59,7 @@ async function refusalsReported(api, product, refused) {
   for (const until = Date.now() + EVENTUALLY_MS; Date.now() < until; await sleep(300)) {
     await api.product(product);
     q = (await api.stats(product)).body;
-    if (q.room.pow_refused >= refused) break;
+    if (q.room.pow_required >= refused) break;
   }
   return q;
 }
@@ -150,10 +150,10 @@ system.test("a join without a valid proof of work gets a fresh challenge and no 
   for (const until = Date.now() + EVENTUALLY_MS; Date.now() < until; await sleep(300)) {
     await api.product(P);
     after = (await api.stats(P)).body.room;
-    if (after.pow_refused >= before.pow_refused + refusals) break;
+    if (after.pow_required >= before.pow_required + refusals) break;
   }
   assert.deepEqual([after.reported, after.waiting], [before.reported, before.waiting], JSON.stringify(after));
-  assert.equal(after.pow_refused, before.pow_refused + refusals, JSON.stringify(after));
+  assert.equal(after.pow_required, before.pow_required + refusals, JSON.stringify(after));
   assert.equal(after.pow_infinite_queued, 0);
 
   // The honest join gets its ticket; a replay of the same payload is the
@@ -243,7 +243,7 @@ system.test("the infinite queue: a join without a solution gets a ticket like an
   await api.product(P);
   const q = (await api.stats(P)).body.room;
   assert.equal(q.pow_infinite_queued, 3, JSON.stringify(q));
-  assert.equal(q.pow_refused, 0, JSON.stringify(q));
+  assert.equal(q.pow_required, 0, JSON.stringify(q));
   assert.equal(q.reported, honest.length, `the bots are not in the line: ${JSON.stringify(q)}`);
   assert.equal(q.pow_infinite_queue, true);
 });
@@ -263,8 +263,8 @@ async function farmRefused(api, P, farm, stock, level) {
     assert.deepEqual([fresh.data.buyer, fresh.keyPrefix], [b, "0".repeat(fresh.data.level)]);
     assert.equal(r.body.expected_tries, 16 ** fresh.data.level);
   }
-  const after = await refusalsReported(api, P, before.room.pow_refused + farm.length);
-  assert.equal(after.room.pow_refused, before.room.pow_refused + farm.length, JSON.stringify(after.room));
+  const after = await refusalsReported(api, P, before.room.pow_required + farm.length);
+  assert.equal(after.room.pow_required, before.room.pow_required + farm.length, JSON.stringify(after.room));
   assert.deepEqual(
     [after.room.reported, after.room.rejoins_uncounted, after.room.pow_infinite_queued, after.available, after.held],
     [before.room.reported, before.room.rejoins_uncounted, before.room.pow_infinite_queued, before.available, before.held],
@@ -342,7 +342,7 @@ system.test("an honest buyer mid-solve when the level rises joins after one more
     }
     assert.equal(r.status, 201, JSON.stringify(r.body));
     const q = (await api.stats(P)).body.room;
-    assert.deepEqual([q.reported, q.pow_refused, q.pow_infinite_queued], [1, 1, 0], JSON.stringify(q));
+    assert.deepEqual([q.reported, q.pow_required, q.pow_infinite_queued], [1, 1, 0], JSON.stringify(q));
   }
 });
 

@@ -155,8 +155,10 @@ pub struct RoomStats {
     pub pow_infinite_queue: bool,
     #[serde(default)]
     pub joins_per_s: u64,
-    #[serde(default)]
-    pub pow_refused: u64,
+    /// Joins answered `pow_required` (`pow_refused` before the name was
+    /// the answer's own).
+    #[serde(default, alias = "pow_refused")]
+    pub pow_required: u64,
     /// Joins sent to the infinite queue (`pow_shadowed` before the name
     /// was one).
     #[serde(default, alias = "pow_shadowed")]
@@ -189,4 +191,20 @@ pub struct CounterStats {
     pub confirm: BTreeMap<String, u64>,
     pub cancel: BTreeMap<String, u64>,
     pub holds_expired: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A gate from before the renames reports its room under the old
+    /// names (`pow_shadowed`, `pow_refused`); a tool of today reads them
+    /// into the same fields.
+    #[test]
+    fn a_room_under_its_old_names_still_reads() {
+        let old = r#"{"admit_per_s":5,"reported":9,"admitted":4,"waiting":5,"advancing":true,
+            "rejoins_uncounted":0,"pow_refused":7,"pow_shadowed":2}"#;
+        let r: RoomStats = serde_json::from_str(old).unwrap();
+        assert_eq!((r.pow_required, r.pow_infinite_queued), (7, 2));
+    }
 }
