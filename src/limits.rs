@@ -8,6 +8,12 @@
 /// How long a dev session's token lasts.
 pub const SESSION_TTL_S: u64 = 60 * 60;
 
+// wasm/http.rs
+
+/// How many distinct sets of reply fields an isolate keeps built
+/// (`http::respond`); past it the set is emptied and built again.
+pub const REPLY_FIELD_SETS_MAX: u32 = 64;
+
 // edge/cache.rs
 
 /// How long a snapshot answers for the edge: the lag `sold_out` promises
