@@ -78,10 +78,11 @@ const PER_REPLY: [&str; 2] = ["set-cookie", "server-timing"];
 /// their text, since most replies carry one of a few sets (a problem's, a
 /// JSON answer's): the response copies a kept set instead of one `set` per
 /// field. Measured by `node --experimental-websocket bench/profile.mjs
-/// soldout 6`, the builds with and without alternated three times: 105.8
-/// to 98.6 us of isolate time and 125.2 to 122.5 us of workerd CPU per
-/// sold-out answer (medians; every run of the kept sets below every run
-/// without).
+/// MODE 6`, the builds without and with alternated, workerd CPU per
+/// request: a sold-out answer 125-131 to 120-123 us (three pairs) and
+/// 134-138 to 123-124 us (two more, a busier hour); a product read 83-84
+/// to 76-77 us (two pairs). Every run with the kept sets was below every
+/// run without.
 pub fn raw(status: u16, body: &[u8], fields: &[(&str, &str)]) -> worker::Result<web_sys::Response> {
     let mut joined = String::new();
     for (name, value) in fields {
