@@ -75,7 +75,14 @@ impl<'a> Head<'a> {
 #[derive(Debug)]
 pub enum Step<'a> {
     /// Count the request against `limiter` under `key`: `Input::Limit`.
-    Limit { limiter: Limiter, key: String },
+    /// With `then_body`, a request within the limit is asked for its body
+    /// next (`ReadBody`), so the shell may read it in the same wait as the
+    /// count, and never for a request over it.
+    Limit {
+        limiter: Limiter,
+        key: String,
+        then_body: bool,
+    },
     /// Read the body, at most `BODY_BYTES_MAX` bytes: `Input::Body`.
     ReadBody,
     /// Verify a provider's signature with the runtime's WebCrypto:
@@ -277,8 +284,14 @@ impl<'a> Pipeline<'a> {
         }
         match (std::mem::replace(&mut self.stage, Stage::Done), input) {
             (Stage::Start(route), Input::Start) => {
+                let then_body = matches!(route, Route::Api(_));
                 self.stage = Stage::IpLimit(route);
-                self.limit(Limiter::Ip, self.ip.clone())
+                self.limiter = Limiter::Ip;
+                Step::Limit {
+                    limiter: Limiter::Ip,
+                    key: self.ip.clone(),
+                    then_body,
+                }
             }
             (Stage::IpLimit(route), Input::Limit(_)) => {
                 self.now_ms = now_ms;
@@ -382,7 +395,11 @@ impl<'a> Pipeline<'a> {
 
     fn limit(&mut self, limiter: Limiter, key: String) -> Step<'a> {
         self.limiter = limiter;
-        Step::Limit { limiter, key }
+        Step::Limit {
+            limiter,
+            key,
+            then_body: false,
+        }
     }
 
     /// The route, once the client's limit passed.
@@ -998,15 +1015,29 @@ mod tests {
         let mut p = Pipeline::new(s, head, route);
         let mut seen = Vec::new();
         let mut input = Input::Start;
+        // A limit's `then_body` promised the body is asked for next.
+        let mut body_next = false;
         for _ in 0..20 {
-            input = match p.next(input, NOW, cache) {
-                Step::Limit { limiter, key } => {
+            let step = p.next(input, NOW, cache);
+            assert_eq!(
+                matches!(step, Step::ReadBody),
+                std::mem::take(&mut body_next),
+                "{step:?} after {seen:?}"
+            );
+            input = match step {
+                Step::Limit {
+                    limiter,
+                    key,
+                    then_body,
+                } => {
                     seen.push(Seen::Limit(limiter, key));
-                    Input::Limit(match (world.bindings, world.over) {
+                    let answer = match (world.bindings, world.over) {
                         (false, _) => LimitAnswer::Missing,
                         (true, Some(l)) if l == limiter => LimitAnswer::Over,
                         _ => LimitAnswer::Within,
-                    })
+                    };
+                    body_next = then_body && answer == LimitAnswer::Within;
+                    Input::Limit(answer)
                 }
                 Step::ReadBody => {
                     seen.push(Seen::ReadBody);

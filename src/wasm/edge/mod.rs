@@ -108,13 +108,30 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
     // The last answer of an object or the catalog, for `Step::PassOn`.
     let mut held: Option<web_sys::Response> = None;
     let mut input = Input::Start;
+    // The body, when it was read with the client's limit.
+    let mut read: Option<Result<Vec<u8>, Problem>> = None;
     loop {
         let step = EDGE.with_borrow_mut(|c| pipeline.next(input, now_ms(), c));
         input = match step {
-            Step::Limit { limiter, key } => Input::Limit(objects::limit(env, limiter, &key).await?),
-            // The request is kept (a reference, not a copy): the history
-            // route reads its `Accept`, which no other route needs.
-            Step::ReadBody => Input::Body(request::read_body(Clone::clone(&req), &parts).await?),
+            Step::Limit {
+                limiter,
+                key,
+                then_body: true,
+            } if request::one_piece(&parts) => {
+                let (answer, body) = objects::limit_then_read(env, limiter, &key, &req).await?;
+                read = body;
+                Input::Limit(answer)
+            }
+            Step::Limit { limiter, key, .. } => {
+                Input::Limit(objects::limit(env, limiter, &key).await?)
+            }
+            Step::ReadBody => Input::Body(match read.take() {
+                Some(body) => body,
+                // The request is kept (a reference, not a copy): the
+                // history route reads its `Accept`, which no other route
+                // needs.
+                None => request::read_body(Clone::clone(&req), &parts).await?,
+            }),
             Step::VerifyToken(v) => Input::Verified(verify::verify(&v).await),
             Step::Listed { product_id } => Input::Listed(objects::listed(env, &product_id).await),
             Step::Register { product_id } => {

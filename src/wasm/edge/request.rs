@@ -139,33 +139,51 @@ impl Parts {
     }
 }
 
+/// The body's declared length, if the request states one that parses.
+fn declared(parts: &Parts) -> Option<u64> {
+    parts
+        .get(Field::ContentLength)
+        .and_then(|v| v.trim().parse::<u64>().ok())
+}
+
+/// Whether the body is read in one piece (`in_one_piece`): a method with a
+/// body, declaring a length from 1 to the limit. The runtime holds a body
+/// to its declared length.
+pub fn one_piece(parts: &Parts) -> bool {
+    parts.method != "GET"
+        && parts.method != "HEAD"
+        && declared(parts).is_some_and(|n| (1..=BODY_BYTES_MAX as u64).contains(&n))
+}
+
+/// The body a one-piece read (`one_piece`) got: the runtime's buffer, or
+/// `None` if the client broke off before its declared length.
+pub fn in_one_piece(buffer: Option<JsValue>) -> Result<Vec<u8>, Problem> {
+    let Some(buffer) = buffer else {
+        return Err(body_broken_off());
+    };
+    let body = worker::js_sys::Uint8Array::new(&buffer).to_vec();
+    if body.len() > BODY_BYTES_MAX {
+        return Err(Problem::body_too_large(BODY_BYTES_MAX));
+    }
+    Ok(body)
+}
+
 /// Reads at most `BODY_BYTES_MAX + 1` bytes, so an oversized body is refused
 /// without being read whole.
 pub async fn read_body(
     req: web_sys::Request,
     parts: &Parts,
 ) -> worker::Result<Result<Vec<u8>, Problem>> {
-    let declared = parts
-        .get(Field::ContentLength)
-        .and_then(|v| v.trim().parse::<u64>().ok());
+    let declared = declared(parts);
     if declared.is_some_and(|n| n > BODY_BYTES_MAX as u64) {
         return Ok(Err(Problem::body_too_large(BODY_BYTES_MAX)));
     }
     if declared == Some(0) || parts.method == "GET" || parts.method == "HEAD" {
         return Ok(Ok(Vec::new()));
     }
-    if declared.is_some() {
-        // The declared length is within the limit, and the runtime holds a
-        // body to its declared length, so it can be read in one piece.
-        let buffer = match JsFuture::from(req.array_buffer()?).await {
-            Ok(buffer) => buffer,
-            Err(_) => return Ok(Err(body_broken_off())),
-        };
-        let body = worker::js_sys::Uint8Array::new(&buffer).to_vec();
-        if body.len() > BODY_BYTES_MAX {
-            return Ok(Err(Problem::body_too_large(BODY_BYTES_MAX)));
-        }
-        return Ok(Ok(body));
+    if one_piece(parts) {
+        let buffer = JsFuture::from(req.array_buffer()?).await.ok();
+        return Ok(in_one_piece(buffer));
     }
     // No declared length: read the stream, and stop past the limit.
     let mut req = Request::from(req);
