@@ -3,7 +3,7 @@
 // bench/edge.mjs, summarised by self time per function and per category.
 // Prints figures; asserts nothing.
 //
-//   node --experimental-websocket bench/profile.mjs [reserve|soldout|read|objread|ceiling-hop|ceiling-group|ceiling-each] [seconds]
+//   node --experimental-websocket bench/profile.mjs [reserve|confirm|soldout|read|objread|ceiling-hop|ceiling-group|ceiling-each] [seconds]
 //   BENCH_SHARDS=8 node --experimental-websocket bench/profile.mjs soldout   the product over 8 stock shards
 //
 // Categories are read from the function names the wasm's name section
@@ -16,7 +16,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { exitUnlessBuilt, freePort, GATE_BUILT, gateVars, writeConfig, WORKERD } from "../tests/support/runtime.mjs";
 import { client } from "../tests/support/client.mjs";
-import { buyerToken } from "../tests/support/keys.mjs";
+import { buyerToken, signedConfirm } from "../tests/support/keys.mjs";
 import { load } from "./load.mjs";
 import { startCeiling } from "./ceiling.mjs";
 
@@ -92,6 +92,26 @@ if (MODE === "objread") {
     owners.push({ path: `/api/products/${product}/reservations/${r.body.reservation_id}`, headers: { authorization: `Bearer ${api.tokenOf(buyer)}` } });
   }
 }
+// confirm: the shop's payment backend confirms holds made beforehand, each
+// once (a signed confirm, with its outbox row), so that none is a replay.
+// CONFIRM_HOLDS covers the warm-up and both runs at about 3,500 a second;
+// past it, a confirm is answered again (`replays` says how many were).
+const CONFIRM_HOLDS = Math.ceil((1 + 2 * SECONDS) * 3_500);
+const confirms = [];
+if (MODE === "confirm") {
+  let made = 0;
+  await Promise.all(
+    Array.from({ length: CONNECTIONS }, async () => {
+      while (made < CONFIRM_HOLDS) {
+        const buyer = `payer-${made++}`;
+        const r = await api.reserve(product, buyer, 1);
+        const { path, init } = signedConfirm(product, r.body.reservation_id, { buyer });
+        confirms.push({ method: "POST", path, headers: init.headers, body: init.body });
+      }
+    }),
+  );
+}
+let confirmed = 0;
 // Each reserve is a new buyer's, across the warm-up and both runs, so that
 // none is an idempotent replay.
 let reserves = 0;
@@ -101,7 +121,9 @@ const request = CEILING
     ? () => ({ path: `/api/products/${product}` })
     : MODE === "objread"
       ? (n) => owners[n % owners.length]
-      : () => ({
+      : MODE === "confirm"
+        ? () => confirms[confirmed++ % confirms.length]
+        : () => ({
         method: "POST",
         path: `/api/products/${product}/reservations`,
         headers: { "content-type": "application/json", authorization: `Bearer ${buyerToken(`p-${reserves}`)}`, "idempotency-key": `"p-${reserves++}"` },
@@ -167,6 +189,7 @@ for (const [name, us] of perFunction) {
 const busyUs = totalUs - (categories.get("idle") ?? 0);
 const requests = result.count;
 console.log(`profile of ${MODE}: ${requests} requests in ${SECONDS} s (${result.rps.toFixed(0)} req/s, p50 ${result.p50.toFixed(2)} ms), statuses ${JSON.stringify(result.statuses)}`);
+if (MODE === "confirm") console.log(`confirms: ${confirmed} sent of ${confirms.length} holds; ${Math.max(0, confirmed - confirms.length)} were answered again (replays)`);
 console.log(`isolate busy ${(busyUs / 1000).toFixed(0)} ms of ${(totalUs / 1000).toFixed(0)} ms sampled: ${(busyUs / requests).toFixed(1)} us per request`);
 console.log("\nby category (self time, us per request, share of busy time):");
 for (const [cat, us] of [...categories].sort((a, b) => b[1] - a[1])) {
