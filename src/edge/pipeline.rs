@@ -284,14 +284,10 @@ impl<'a> Pipeline<'a> {
         }
         match (std::mem::replace(&mut self.stage, Stage::Done), input) {
             (Stage::Start(route), Input::Start) => {
+                // An API route's body is read next, once the limit passed.
                 let then_body = matches!(route, Route::Api(_));
                 self.stage = Stage::IpLimit(route);
-                self.limiter = Limiter::Ip;
-                Step::Limit {
-                    limiter: Limiter::Ip,
-                    key: self.ip.clone(),
-                    then_body,
-                }
+                self.limit_then(Limiter::Ip, self.ip.clone(), then_body)
             }
             (Stage::IpLimit(route), Input::Limit(_)) => {
                 self.now_ms = now_ms;
@@ -394,11 +390,15 @@ impl<'a> Pipeline<'a> {
     }
 
     fn limit(&mut self, limiter: Limiter, key: String) -> Step<'a> {
+        self.limit_then(limiter, key, false)
+    }
+
+    fn limit_then(&mut self, limiter: Limiter, key: String, then_body: bool) -> Step<'a> {
         self.limiter = limiter;
         Step::Limit {
             limiter,
             key,
-            then_body: false,
+            then_body,
         }
     }
 

@@ -116,14 +116,12 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
             Step::Limit {
                 limiter,
                 key,
-                then_body: true,
-            } if request::one_piece(&parts) => {
-                let (answer, body) = objects::limit_then_read(env, limiter, &key, &req).await?;
+                then_body,
+            } => {
+                let with = (then_body && request::one_piece(&parts)).then_some(&req);
+                let (answer, body) = objects::limit(env, limiter, &key, with).await?;
                 read = body;
                 Input::Limit(answer)
-            }
-            Step::Limit { limiter, key, .. } => {
-                Input::Limit(objects::limit(env, limiter, &key).await?)
             }
             Step::ReadBody => Input::Body(match read.take() {
                 Some(body) => body,

@@ -92,83 +92,68 @@ pub async fn register(
     }
 }
 
-/// Asks a rate limiting binding to count one request of `key`.
-pub async fn limit(env: &Env, limiter: Limiter, key: &str) -> worker::Result<LimitAnswer> {
-    let Some(promise) = rate_limit_call(env, limiter.binding(), key) else {
-        worker::console_error!(
-            "flashgate: the rate limiting binding {} is missing",
-            limiter.binding()
-        );
-        return Ok(LimitAnswer::Missing);
-    };
-    if JsFuture::from(promise).await?.is_truthy() {
-        Ok(LimitAnswer::Within)
-    } else {
-        Ok(LimitAnswer::Over)
-    }
-}
-
-/// As `limit`, and within the limit the request's body read in the same
-/// wait (`request::one_piece`, which the caller checked): one await and
-/// one crossing fewer than the count and the read apart, and no body read
-/// for a request over the limit. `Some` is the read's result, for
-/// `Step::ReadBody`, which the pipeline asks next (`Step::Limit`'s
-/// `then_body`). Measured by `node --experimental-websocket
+/// Asks a rate limiting binding to count one request of `key`; with `read`
+/// (a request whose body `request::one_piece` reads, which the caller
+/// checked), within the limit its body is read in the same wait, and `Some`
+/// is the read's result for the `Step::ReadBody` the pipeline asks next
+/// (`Step::Limit`'s `then_body`). No body is read over the limit.
+///
+/// The read in the count's wait is one await and one crossing fewer than
+/// the two apart. Measured by `node --experimental-websocket
 /// bench/profile.mjs soldout 6`, the builds apart and together alternated
 /// five times: a median of 120.3 to 115.4 us of workerd CPU per sold-out
 /// answer (118.4-122.3 and 113.6-122.9); a durable reserve's own cost
 /// hides it (`reserve`, two pairs, within their spread).
-pub async fn limit_then_read(
+pub async fn limit(
     env: &Env,
     limiter: Limiter,
     key: &str,
-    req: &web_sys::Request,
+    read: Option<&web_sys::Request>,
 ) -> worker::Result<(LimitAnswer, Option<Result<Vec<u8>, Problem>>)> {
-    let Some(promise) = rate_limit_then_read(env, limiter.binding(), key, req) else {
+    let Some(promise) = rate_limit_call(env, limiter.binding(), key, read) else {
         worker::console_error!(
             "flashgate: the rate limiting binding {} is missing",
             limiter.binding()
         );
         return Ok((LimitAnswer::Missing, None));
     };
-    let read = JsFuture::from(promise).await?;
-    if read.is_null() {
-        return Ok((LimitAnswer::Within, Some(request::in_one_piece(None))));
-    }
-    if read.is_falsy() {
-        return Ok((LimitAnswer::Over, None));
-    }
-    Ok((LimitAnswer::Within, Some(request::in_one_piece(Some(read)))))
+    let answer = JsFuture::from(promise).await?;
+    Ok(if answer.is_null() {
+        (LimitAnswer::Within, Some(request::in_one_piece(None)))
+    } else if answer.is_falsy() {
+        (LimitAnswer::Over, None)
+    } else if read.is_none() {
+        (LimitAnswer::Within, None)
+    } else {
+        (
+            LimitAnswer::Within,
+            Some(request::in_one_piece(Some(answer))),
+        )
+    })
 }
 
 #[wasm_bindgen(inline_js = "
-export function rate_limit_call(env, binding, key) {
+export function rate_limit_call(env, binding, key, req) {
   const limiter = env[binding];
   if (!limiter || typeof limiter.limit !== 'function') return undefined;
-  return limiter.limit({ key }).then((outcome) => outcome.success === true);
-}
-
-export function rate_limit_then_read(env, binding, key, req) {
-  const limiter = env[binding];
-  if (!limiter || typeof limiter.limit !== 'function') return undefined;
-  return limiter.limit({ key }).then((outcome) =>
-    outcome.success === true ? req.arrayBuffer().then((body) => body, () => null) : false);
+  return limiter.limit({ key }).then((outcome) => {
+    if (outcome.success !== true) return false;
+    return req === undefined ? true : req.arrayBuffer().then((body) => body, () => null);
+  });
 }")]
 extern "C" {
     /// Asks the platform's rate limiter `binding` to count one request of
     /// `key`, in one call across the boundary (workers-rs' binding takes
     /// several: the binding's lookup and type check, and serde conversions
-    /// of the options and the outcome). The promise resolves to whether the
-    /// request is within the limit; `None` if the binding is missing.
-    fn rate_limit_call(env: &Env, binding: &str, key: &str) -> Option<js_sys::Promise>;
-
-    /// As `rate_limit_call`, then the body: resolves to `false` over the
-    /// limit, else the body's `ArrayBuffer`, or `null` if it broke off.
-    fn rate_limit_then_read(
+    /// of the options and the outcome); `None` if the binding is missing.
+    /// The promise resolves to `false` over the limit; within it, `true`
+    /// without `req`, else `req`'s body as an `ArrayBuffer`, or `null` if
+    /// it broke off.
+    fn rate_limit_call(
         env: &Env,
         binding: &str,
         key: &str,
-        req: &web_sys::Request,
+        req: Option<&web_sys::Request>,
     ) -> Option<js_sys::Promise>;
 }
 
