@@ -5,6 +5,8 @@
 //
 //   node --experimental-websocket bench/profile.mjs [reserve|confirm|soldout|read|objread|ceiling-hop|ceiling-group|ceiling-each] [seconds]
 //   BENCH_SHARDS=8 node --experimental-websocket bench/profile.mjs soldout   the product over 8 stock shards
+//   BENCH_ORIGIN=1 node --experimental-websocket bench/profile.mjs confirm   with an origin (SQLite) that
+//     takes the outbox's deliveries, as in a sale; without it the outbox has nowhere to deliver
 //
 // Categories are read from the function names the wasm's name section
 // keeps (Rust symbols) and from the JS glue: wasm-bindgen's glue and
@@ -17,7 +19,8 @@ import { join } from "node:path";
 import { exitUnlessBuilt, freePort, GATE_BUILT, gateVars, writeConfig, WORKERD } from "../tests/support/runtime.mjs";
 import { client } from "../tests/support/client.mjs";
 import { buyerToken, signedConfirm } from "../tests/support/keys.mjs";
-import { load } from "./load.mjs";
+import { cpuUs, load } from "./load.mjs";
+import { originBinary, startOrigin } from "../tests/support/origin.mjs";
 import { startCeiling } from "./ceiling.mjs";
 
 const MODE = process.argv[2] ?? "reserve";
@@ -26,6 +29,9 @@ const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
 /** `BENCH_SHARDS=8`: the profiled product has that many stock shards
  * (sold out, its edge answer rests on home's proofs from every shard). */
 const SHARDS = Number(process.env.BENCH_SHARDS ?? 1);
+/** `BENCH_ORIGIN=1`: the gate delivers its orders to a real origin (on
+ * SQLite), so a confirm's profile holds the outbox's deliveries too. */
+const ORIGIN = process.env.BENCH_ORIGIN === "1";
 
 // ceiling-hop, ceiling-group and ceiling-each profile the JavaScript
 // ceiling instead, under the same load: the runtime's own cost per request,
@@ -33,18 +39,19 @@ const SHARDS = Number(process.env.BENCH_SHARDS ?? 1);
 const CEILING = MODE.startsWith("ceiling-") ? `/${MODE.slice("ceiling-".length)}` : null;
 // A fresh clone has neither workerd nor the built Worker: say which command
 // builds each before anything is spawned, not a bare ENOENT after.
-exitUnlessBuilt(CEILING ? [[WORKERD, "npm ci"]] : GATE_BUILT);
+exitUnlessBuilt(CEILING ? [[WORKERD, "npm ci"]] : ORIGIN ? [...GATE_BUILT, originBinary()] : GATE_BUILT);
 const dir = mkdtempSync(join(tmpdir(), "flashgate-profile-"));
 mkdirSync(join(dir, "state"));
 const inspector = await freePort();
 let url;
 let proc;
+const origin = ORIGIN && !CEILING ? await startOrigin({}) : null;
 if (CEILING) {
   const ceiling = await startCeiling({ inspector });
   ({ url, proc } = ceiling);
 } else {
   const port = await freePort();
-  const config = writeConfig({ dir, stateDir: join(dir, "state"), port, vars: gateVars() });
+  const config = writeConfig({ dir, stateDir: join(dir, "state"), port, vars: gateVars({ originUrl: origin?.url ?? "" }) });
   proc = spawn(WORKERD, ["serve", config, "--experimental", `--inspector-addr=127.0.0.1:${inspector}`], { stdio: "ignore" });
   url = `http://127.0.0.1:${port}`;
   for (let i = 0; ; i++) {
@@ -132,8 +139,10 @@ const request = CEILING
 // Warm up without the profiler, then measure workerd's CPU time per
 // request without it, then profile a measured run.
 await load({ url, connections: CONNECTIONS, durationMs: 1000, request });
+const originBefore = origin ? cpuUs(origin.proc.pid) : 0;
 const unprofiled = await load({ url, connections: CONNECTIONS, durationMs: SECONDS * 1000, warmupMs: 0, request, pid: proc.pid });
 console.log(`without the profiler: ${unprofiled.count} requests in ${SECONDS} s (${unprofiled.rps.toFixed(0)} req/s, p50 ${unprofiled.p50.toFixed(2)} ms), statuses ${JSON.stringify(unprofiled.statuses)}; workerd CPU time ${unprofiled.cpuPerRequestUs.toFixed(1)} us per request`);
+if (origin) console.log(`the origin's CPU time: ${((cpuUs(origin.proc.pid) - originBefore) / unprofiled.count).toFixed(1)} us per request`);
 if (!CEILING && process.env.BENCH_STATS === "1") {
   // What the objects did meanwhile: snapshots, batches, the escrow's
   // messages (a sharded product's edge answers rest on home's proofs).
@@ -142,6 +151,7 @@ if (!CEILING && process.env.BENCH_STATS === "1") {
 }
 if (process.env.BENCH_PROFILE === "0") {
   proc.kill("SIGTERM");
+  await origin?.stop();
   process.exit(0);
 }
 await send("Profiler.enable");
@@ -151,6 +161,7 @@ const result = await load({ url, connections: CONNECTIONS, durationMs: SECONDS *
 const { result: { profile } } = await send("Profiler.stop");
 ws.close();
 proc.kill("SIGTERM");
+await origin?.stop();
 writeFileSync(join(dir, "profile.cpuprofile"), JSON.stringify(profile));
 
 // Self time per node, from the sample counts and time deltas.
