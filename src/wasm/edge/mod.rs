@@ -25,7 +25,7 @@ use crate::edge::pipeline::{Head, Input, Pipeline, Step};
 use crate::edge::routes::{self, Route};
 use crate::http::problem::Problem;
 use crate::wasm::edge::request::{Field, Parts};
-use crate::wasm::{config, http, random_bytes};
+use crate::wasm::{config, http, now_ms, random_bytes};
 
 thread_local! {
     // An isolate is single-threaded: requests interleave only at awaits,
@@ -33,10 +33,6 @@ thread_local! {
     static EDGE: RefCell<EdgeCache> = RefCell::new(EdgeCache::default());
     /// Which product ids exist, as read from the catalog.
     static CATALOG: RefCell<CatalogView> = RefCell::new(CatalogView::default());
-}
-
-fn now_ms() -> u64 {
-    worker::Date::now().as_millis()
 }
 
 /// `unavailable`, with a jittered `Retry-After`, so a crowd that was

@@ -77,7 +77,7 @@ fn random_u64() -> u64 {
 
 /// `POST /api/session` (`pipeline::session`), its buyer drawn here.
 pub fn session(settings: &Settings, secure: bool) -> worker::Result<web_sys::Response> {
-    let now_ms = worker::Date::now().as_millis();
+    let now_ms = crate::wasm::now_ms();
     match pipeline::session(settings, secure, now_ms, random_u64()) {
         Ok(reply) => http::respond(&reply),
         Err(p) => http::problem(p),

@@ -29,7 +29,7 @@ impl DurableObject for Catalog {
         match (req.method(), path.as_str()) {
             (Method::Post, "/register") => {
                 let id = req.text().await?;
-                let now = worker::Date::now().as_millis();
+                let now = crate::wasm::now_ms();
                 match catalog::register(&mut db, &id, now) {
                     Ok(Registered::Full) => {
                         http::problem(Problem::catalog_full(crate::limits::PRODUCTS_MAX))

@@ -37,8 +37,7 @@ use crate::object::product::{DeliveryOutcome, ProductObject};
 use crate::protocol::{Command, ShardAnswer, ShardAt};
 use crate::settings::Forwarding;
 use crate::wasm::object::sqlite::DoSql;
-use crate::wasm::random_bytes;
-use crate::wasm::{config, http};
+use crate::wasm::{config, http, now_ms, random_bytes};
 use flashgate_core::escrow::{HomePush, ShardReply, ShardReport};
 use flashgate_core::HomeStep;
 use flashgate_wire::signing::{self, Purpose};
@@ -66,10 +65,6 @@ pub struct ProductGate {
     /// request queued behind a shard's call home used to look again every
     /// 2 ms, and those wakes were most of a sharded sell-out's CPU.
     changed: js_sys::Object,
-}
-
-fn now_ms() -> u64 {
-    worker::Date::now().as_millis()
 }
 
 impl ProductGate {
