@@ -172,11 +172,21 @@ for (let i = 0; i < profile.samples.length; i++) {
   selfUs.set(id, (selfUs.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0));
 }
 const totalUs = [...selfUs.values()].reduce((a, b) => a + b, 0);
+// The bundle's own JS functions (build/index.js: the entry, wasm-bindgen's
+// glue and the inline snippets) are minified, so their names say little:
+// each is named for its place in the bundle as well.
+const BUNDLE = /(^|\/)index\.js$/;
+const nameOf = (f) => {
+  const name = f.functionName || `(anonymous ${f.url.split("/").pop()}:${f.lineNumber})`;
+  return BUNDLE.test(f.url) && f.functionName && !f.functionName.startsWith("__wbg") ? `${name} (bundle:${f.columnNumber})` : name;
+};
 const perFunction = new Map();
+const perCategory = [];
 for (const [id, us] of selfUs) {
   const f = byId.get(id).callFrame;
-  const name = f.functionName || `(anonymous ${f.url.split("/").pop()}:${f.lineNumber})`;
+  const name = nameOf(f);
   perFunction.set(name, (perFunction.get(name) ?? 0) + us);
+  perCategory.push([name, f.url, us]);
 }
 const CATEGORIES = [
   ["idle", /^\(idle\)$/],
@@ -192,9 +202,14 @@ const CATEGORIES = [
   ["flashgate shell (api, service, views, object)", /flashgate/],
   ["worker crate", /worker::/],
 ];
+// What no name matches goes by where it runs: the bundle's JS, the
+// runtime's own functions (no script: `fetch`, `Response`, `exec`...), or
+// the rest.
 const categories = new Map();
-for (const [name, us] of perFunction) {
-  const cat = CATEGORIES.find(([, re]) => re.test(name))?.[0] ?? "other JS and wasm";
+for (const [name, url, us] of perCategory) {
+  const cat =
+    CATEGORIES.find(([, re]) => re.test(name))?.[0] ??
+    (BUNDLE.test(url) ? "the bundle's other JS (entry, snippets)" : url ? "other JS and wasm" : "the runtime's functions (fetch, Response, exec...)");
   categories.set(cat, (categories.get(cat) ?? 0) + us);
 }
 const busyUs = totalUs - (categories.get("idle") ?? 0);
@@ -224,8 +239,7 @@ const total = (id) => {
 };
 const perFunctionInclusive = new Map();
 for (const n of profile.nodes) {
-  const f = n.callFrame;
-  const name = f.functionName || `(anonymous ${f.url.split("/").pop()}:${f.lineNumber})`;
+  const name = nameOf(n.callFrame);
   perFunctionInclusive.set(name, (perFunctionInclusive.get(name) ?? 0) + total(n.id));
 }
 console.log("\nentry points and heavy callers (inclusive time, us per request; nested calls count in each):");
