@@ -80,3 +80,35 @@ for (const [lang, unlikely, soldOut] of [
     await ctx.close();
   });
 }
+
+// A poll can admit the buyer in the same answer that says sold out (the
+// admission came due as the last unit was taken). The page must end the
+// wait as sold out there, not say "your turn" and send a reserve that can
+// only be refused. The poll's answer is the gate's own, with only those
+// two fields set as such a poll has them.
+shop.test("odds on the page: a poll that admits the buyer as it says sold out ends the wait as sold out", async ({ api }) => {
+  const product = "odds-page-admitted-sold-out";
+  const put = await api.put(product, { stock_total: 3, admit_per_s: 1, per_buyer_max: 1, quantity_max: 1 });
+  assert.equal(put.status, 201, JSON.stringify(put.body));
+  for (let i = 0; i < 10; i++) assert.equal((await api.join(product, `ahead-${i}`)).status, 201);
+  const { ctx, page, refused } = await open(`/p/${product}`, "en-US");
+  let reserves = 0;
+  await page.route("**/reservations", (route) => {
+    reserves++;
+    return route.continue();
+  });
+  await page.route("**/queue", async (route) => {
+    const real = await route.fetch();
+    const body = await real.json();
+    await route.fulfill({ response: real, json: { ...body, admitted: true, verdict: "sold_out", available: 0, held: 0 } });
+  });
+  await page.waitForFunction(() => document.getElementById("total").textContent === "3");
+  await page.click("#buy");
+  await page.waitForFunction(() => document.getElementById("odds").dataset.verdict === "sold_out", null, { timeout: 15_000 });
+  await page.waitForFunction(() => /sold out/i.test(document.getElementById("message").textContent), null, { timeout: 5_000 });
+  assert.equal(await page.isHidden("#queue-row"), true, "the page left the room");
+  assert.doesNotMatch(await page.textContent("#queue"), /your turn/i);
+  assert.equal(reserves, 0, "no reserve was sent on a sold-out admission");
+  assert.deepEqual(refused, []);
+  await ctx.close();
+});
