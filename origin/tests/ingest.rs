@@ -207,6 +207,66 @@ on_both!(idempotent_reingest, |db: Db| async move {
     );
 });
 
+// A run of orders is stored in one statement (`Db::apply_orders`): an
+// order named twice in one batch is applied once, a stock total between two
+// runs binds the run after it, and a run that would oversell is applied one
+// order at a time, so the order that oversold is the one refused.
+on_both!(
+    a_run_of_orders_applies_each_once_in_order,
+    |db: Db| async move {
+        let st = state(&db);
+        // The seqs rise through the batch as the gate sends them; the
+        // reservation named twice comes with two of them.
+        let at = |seq: u64, mut e: Event| {
+            match &mut e {
+                Event::Order { seq: s, .. }
+                | Event::Stock { seq: s, .. }
+                | Event::Void { seq: s, .. } => *s = seq,
+            }
+            e
+        };
+        let events = vec![
+            at(1, stock(0, 3)),
+            at(2, order("r", 1, 1)),
+            at(3, order("r", 2, 1)),
+            at(4, order("r", 1, 1)),
+            at(5, order("r", 3, 1)),
+            at(6, order("r", 4, 1)),
+            at(7, stock(0, 5)),
+            at(8, order("r", 5, 1)),
+            at(9, order("r", 6, 1)),
+        ];
+        let (s, body, _) = send(&st, signed(batch("r", events))).await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+        assert_eq!(
+            statuses(&body),
+            [
+                "applied",
+                "applied",
+                "applied",
+                "duplicate",
+                "applied",
+                "rejected_oversell",
+                "applied",
+                "applied",
+                "applied"
+            ]
+        );
+        let (_, p) = get(&st, "/v1/products/r").await;
+        assert_eq!(
+            (
+                p["sold"].as_i64(),
+                p["orders_accepted"].as_i64(),
+                p["orders_rejected"].as_i64()
+            ),
+            (Some(5), Some(5), Some(1)),
+            "{p}"
+        );
+        let (_, all) = get(&st, "/v1/orders?product_id=r&limit=1000").await;
+        assert_eq!(all["orders"].as_array().unwrap().len(), 6, "{all}");
+    }
+);
+
 on_both!(
     stock_totals_move_forward_and_voids_apply_once,
     |db: Db| async move {
