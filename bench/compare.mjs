@@ -142,7 +142,7 @@ function commOf(pid) {
 /** Each server's CPU so far, by name: the trees under its processes whose
  * parent is not one of its own (PostgreSQL's postmaster, not each backend),
  * by root pid. */
-function serverCpu(names) {
+export function serverCpu(names) {
   const out = {};
   for (const name of names) {
     out[name] = new Map();
@@ -157,7 +157,7 @@ function serverCpu(names) {
 }
 
 /** The CPU each server used between two `serverCpu` readings, in ms. */
-function serverCpuSince(before, after) {
+export function serverCpuSince(before, after) {
   const out = {};
   for (const [name, roots] of Object.entries(after)) {
     out[name] = 0;
@@ -219,7 +219,7 @@ export function load(args, { killAfterMs, onKill } = {}) {
 
 const common = (w, seed) => ["--buyers", String(w.buyers), "--connections", String(w.connections), "--seed", String(seed), "--buyer-keys", keys.BUYER_TOKEN_KEYS];
 
-function pgDatabase(name) {
+export function pgDatabase(name) {
   const psql = (sql) => execFileSync("psql", [PG, "-qc", sql], { env: { ...process.env, PGOPTIONS: "-c client_min_messages=warning" } });
   psql(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
   psql(`CREATE DATABASE ${name}`);

@@ -2,16 +2,15 @@
 // (each reserves one unit and pays) against a fresh bare workerd and a
 // fresh origin on PostgreSQL (a database of its own on the machine's
 // server), with each process's CPU over the run (user + system, from
-// /proc): workerd's, the origin's and PostgreSQL's (every postgres process,
-// and what the postmaster reaped). workerd's is also printed over time, so
+// /proc): workerd's, the origin's and PostgreSQL's (its postmaster's tree,
+// counted as `scripts/bench-compare` counts it). workerd's is also printed over time, so
 // a cold start or a tail after the last buyer shows. Prints figures;
 // asserts nothing about time.
 //
 //   node bench/sale.mjs
 //   BENCH_SHARDS=8 BENCH_BUYERS=20000 node bench/sale.mjs
 //   FLASHGATE_ORIGIN_BIN=/path/to/another/flashgate-origin node bench/sale.mjs   another origin build, to compare
-import { execFileSync, spawn } from "node:child_process";
-import { readdirSync, readFileSync } from "node:fs";
+import { load, pgDatabase, serverCpu, serverCpuSince } from "./compare.mjs";
 import { cpuUs } from "./load.mjs";
 import * as keys from "../tests/support/keys.mjs";
 import { originBinary, startOrigin } from "../tests/support/origin.mjs";
@@ -19,63 +18,33 @@ import { cargoBinary, exitUnlessBuilt, GATE_BUILT, startGate } from "../tests/su
 
 const SHARDS = Number(process.env.BENCH_SHARDS ?? 1);
 const BUYERS = Number(process.env.BENCH_BUYERS ?? 20_000);
-const PG = process.env.FLASHGATE_TEST_PG ?? "postgres://root@127.0.0.1:5432/test";
-const LOAD = cargoBinary("flashgate-load", process.env.FLASHGATE_BENCH_PROFILE ?? "debug");
-exitUnlessBuilt([LOAD, originBinary(), ...GATE_BUILT]);
+// The load tool of `scripts/bench-compare` (its profile, release unless
+// FLASHGATE_BENCH_PROFILE says otherwise); its own CPU is not counted.
+exitUnlessBuilt([cargoBinary("flashgate-load", process.env.FLASHGATE_BENCH_PROFILE ?? "release"), originBinary(), ...GATE_BUILT]);
 
-/** Clock ticks a second, as /proc counts CPU time (Linux's USER_HZ). */
-const TICKS_PER_S = 100;
-
-/** CPU ms of every postgres process, and of the children the postmaster reaped. */
-function postgresCpuMs() {
-  let ticks = 0;
-  for (const pid of readdirSync("/proc")) {
-    if (!/^\d+$/.test(pid)) continue;
-    let stat;
-    try {
-      stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    } catch {
-      continue;
-    }
-    if (stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")) !== "postgres") continue;
-    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    ticks += Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]);
-  }
-  return (ticks * 1000) / TICKS_PER_S;
-}
-
-const database = `flashgate_sale_${process.pid}`;
-const psql = (sql) => execFileSync("psql", [PG, "-qc", sql], { env: { ...process.env, PGOPTIONS: "-c client_min_messages=warning" } });
-psql(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
-psql(`CREATE DATABASE ${database}`);
-const origin = await startOrigin({ databaseUrl: PG.replace(/\/[^/]*$/, `/${database}`) });
+const db = pgDatabase(`flashgate_sale_${process.pid}`);
+const origin = await startOrigin({ databaseUrl: db.url });
 const gate = await startGate({ originUrl: origin.url });
 const t0 = performance.now();
 const workerd0 = cpuUs(gate.proc.pid) / 1000;
 const origin0 = cpuUs(origin.proc.pid) / 1000;
-const postgres0 = postgresCpuMs();
+const postgres0 = serverCpu(["postgres"]);
 const series = [];
 const sampler = setInterval(() => series.push([(performance.now() - t0) / 1000, cpuUs(gate.proc.pid) / 1000 - workerd0]), 1000);
 const args = [
   "--system", "flashgate", "--url", gate.url, "--product", "sale", "--stock", "1000000", "--shards", String(SHARDS),
   "--shares", "100,0,0", "--payment-keys", keys.PAYMENT_KEYS, "--origin", origin.url, "--origin-read-token", keys.READ_TOKEN,
-  "--buyers", String(BUYERS), "--connections", "256", "--seed", "1000", "--buyer-keys", keys.BUYER_TOKEN_KEYS, "--json",
+  "--buyers", String(BUYERS), "--connections", "256", "--seed", "1000", "--buyer-keys", keys.BUYER_TOKEN_KEYS,
 ];
 // flashgate-load exits non-zero when its verdict on the sale fails.
-const { out, code } = await new Promise((ok, fail) => {
-  let text = "";
-  const proc = spawn(LOAD[0], args, { env: { ...process.env, FLASHGATE_ADMIN_TOKEN: keys.ADMIN_TOKEN }, stdio: ["ignore", "pipe", "inherit"] });
-  proc.stdout.on("data", (d) => (text += d));
-  proc.on("exit", (code) => (text ? ok({ out: text, code }) : fail(new Error(`flashgate-load exited ${code} without a report`))));
-});
+const { report, code } = await load(args);
 clearInterval(sampler);
 const workerd = cpuUs(gate.proc.pid) / 1000 - workerd0;
 const originMs = cpuUs(origin.proc.pid) / 1000 - origin0;
-const postgres = postgresCpuMs() - postgres0;
-const report = JSON.parse(out);
+const postgres = serverCpuSince(postgres0, serverCpu(["postgres"])).postgres;
 await gate.stop();
 await origin.stop();
-psql(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
+db.drop();
 
 const per1000 = (ms) => ((ms * 1000) / report.buyers).toFixed(1);
 console.log(`a reserve-heavy sale: ${report.buyers} buyers, ${report.requests} requests, K = ${SHARDS}, ${((performance.now() - t0) / 1000).toFixed(1)} s, verdict ${code === 0 ? "PASS" : `FAIL (flashgate-load exited ${code})`}; ${JSON.stringify(report.verdict)}`);

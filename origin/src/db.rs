@@ -342,6 +342,21 @@ impl Db {
             .collect())
     }
 
+    /// Orders one at a time (`apply_order`), in order.
+    async fn apply_each(
+        &self,
+        conn: &mut AnyConnection,
+        product: &str,
+        orders: &[Order<'_>],
+        now_ms: u64,
+    ) -> anyhow::Result<Vec<EventStatus>> {
+        let mut out = Vec::with_capacity(orders.len());
+        for order in orders {
+            out.push(self.apply_order(conn, product, order, now_ms).await?);
+        }
+        Ok(out)
+    }
+
     /// A run of consecutive orders, in two statements: one insert of them
     /// all, which skips those stored before, and one conditional count of
     /// the units it stored. Applied one at a time, each order cost two
@@ -360,36 +375,12 @@ impl Db {
         now_ms: u64,
     ) -> anyhow::Result<Vec<EventStatus>> {
         if orders.len() <= 1 {
-            let mut out = Vec::with_capacity(orders.len());
-            for order in orders {
-                out.push(self.apply_order(conn, product, order, now_ms).await?);
-            }
-            return Ok(out);
+            return self.apply_each(conn, product, orders, now_ms).await;
         }
         sqlx::query("SAVEPOINT orders_run")
             .execute(&mut *conn)
             .await?;
-        let mut sql = String::from(
-            "INSERT INTO orders (reservation_id, product_id, buyer_id, quantity,
-                payment_ref, confirmed_at, received_at, status) VALUES ",
-        );
-        for i in 0..orders.len() {
-            let b = i * 7;
-            if i > 0 {
-                sql.push_str(", ");
-            }
-            sql.push_str(&format!(
-                "(${}, ${}, ${}, ${}, ${}, ${}, ${}, 'accepted')",
-                b + 1,
-                b + 2,
-                b + 3,
-                b + 4,
-                b + 5,
-                b + 6,
-                b + 7
-            ));
-        }
-        sql.push_str(" ON CONFLICT (reservation_id) DO NOTHING RETURNING reservation_id, quantity");
+        let sql = insert_orders(orders.len(), "reservation_id, quantity");
         let sql = self.sql(&sql);
         let mut insert = sqlx::query(&sql);
         for o in orders {
@@ -429,18 +420,13 @@ impl Db {
             sqlx::query("ROLLBACK TO SAVEPOINT orders_run")
                 .execute(&mut *conn)
                 .await?;
-            sqlx::query("RELEASE SAVEPOINT orders_run")
-                .execute(&mut *conn)
-                .await?;
-            let mut out = Vec::with_capacity(orders.len());
-            for order in orders {
-                out.push(self.apply_order(conn, product, order, now_ms).await?);
-            }
-            return Ok(out);
         }
         sqlx::query("RELEASE SAVEPOINT orders_run")
             .execute(&mut *conn)
             .await?;
+        if !counted {
+            return self.apply_each(conn, product, orders, now_ms).await;
+        }
         // An order the insert stored is applied, the first time the run
         // names it; one stored before, or named twice, is a duplicate.
         Ok(orders
@@ -512,22 +498,16 @@ impl Db {
             payment_ref,
             confirmed_at_ms,
         } = *order;
-        let inserted: Option<AnyRow> = sqlx::query(&self.sql(
-            "INSERT INTO orders (reservation_id, product_id, buyer_id, quantity,
-                payment_ref, confirmed_at, received_at, status)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 'accepted')
-             ON CONFLICT (reservation_id) DO NOTHING
-             RETURNING id",
-        ))
-        .bind(reservation_id)
-        .bind(product)
-        .bind(buyer_id)
-        .bind(i64::from(quantity))
-        .bind(payment_ref)
-        .bind(confirmed_at_ms as i64)
-        .bind(now_ms as i64)
-        .fetch_optional(&mut *conn)
-        .await?;
+        let inserted: Option<AnyRow> = sqlx::query(&self.sql(&insert_orders(1, "id")))
+            .bind(reservation_id)
+            .bind(product)
+            .bind(buyer_id)
+            .bind(i64::from(quantity))
+            .bind(payment_ref)
+            .bind(confirmed_at_ms as i64)
+            .bind(now_ms as i64)
+            .fetch_optional(&mut *conn)
+            .await?;
         Ok(match inserted {
             None => EventStatus::Duplicate,
             Some(row) => {
@@ -716,6 +696,26 @@ fn is_retryable(e: &anyhow::Error) -> bool {
         .and_then(|e| e.as_database_error())
         .and_then(|d| d.code())
         .is_some_and(|c| c == "40P01" || c == "40001")
+}
+
+/// The insert of `n` orders, bound in its columns' order, seven values
+/// each, that skips an order stored before and returns `returning` of each
+/// it stored.
+fn insert_orders(n: usize, returning: &str) -> String {
+    let rows: Vec<String> = (0..n)
+        .map(|i| {
+            let values: Vec<String> = (1..=7).map(|k| format!("${}", i * 7 + k)).collect();
+            format!("({}, 'accepted')", values.join(", "))
+        })
+        .collect();
+    format!(
+        "INSERT INTO orders (reservation_id, product_id, buyer_id, quantity,
+            payment_ref, confirmed_at, received_at, status)
+         VALUES {}
+         ON CONFLICT (reservation_id) DO NOTHING
+         RETURNING {returning}",
+        rows.join(", ")
+    )
 }
 
 /// An order event's fields, as `Db::apply_order` stores them.
