@@ -9,7 +9,7 @@ use flashgate_wire::jwks::Jwks;
 use flashgate_wire::keys::{check_secret, KeySet};
 use flashgate_wire::token::{ConfigError, Provider, Verifier, SUBJECT_CLAIM_DEFAULT};
 
-use crate::ids::{buyer_ids_key, PowKey, ShardKey, TicketKey};
+use crate::ids::{buyer_ids_key, IdCodecs, PowKey, ShardKey, TicketKey};
 
 use crate::limits::{LIVE_SOCKETS_MAX_DEFAULT, LIVE_SOCKETS_MAX_MAX};
 
@@ -34,6 +34,8 @@ pub struct Settings {
     /// `ID_SECRET`: keys the permutation that makes reservation ids opaque,
     /// and (derived) the waiting-room tickets' signatures.
     pub id_secret: Vec<u8>,
+    /// The products' reservation-id codecs, derived from `id_secret`.
+    pub reservation_ids: IdCodecs,
     pub ticket_key: TicketKey,
     /// Signs the waiting room's proof-of-work challenges (`edge::pow`).
     pub pow_key: PowKey,
@@ -269,6 +271,7 @@ impl Settings {
         };
         Ok(Settings {
             live_sockets_max,
+            reservation_ids: IdCodecs::new(&id_secret),
             ticket_key: TicketKey::new(&id_secret),
             pow_key: PowKey::new(&id_secret),
             shard_key: ShardKey::new(&id_secret),

@@ -17,7 +17,6 @@ use serde_json::Value;
 
 use crate::edge::{assets, auth};
 use crate::http::problem::Problem;
-use crate::ids::IdCodec;
 use crate::limits::BODY_BYTES_MAX;
 use crate::protocol::Command;
 use crate::settings::Settings;
@@ -568,7 +567,9 @@ pub fn parse_proven(
     // Decodes after the id's form was checked by `route`; a decoded id the
     // product never issued reads as unknown there.
     let internal = |product_id: &str, rid: &str| -> Result<u64, Problem> {
-        IdCodec::new(&settings.id_secret, product_id)
+        settings
+            .reservation_ids
+            .of(product_id)
             .decode(rid)
             .ok_or_else(Problem::invalid_reservation_id)
     };
@@ -751,7 +752,7 @@ mod tests {
     }
 
     fn rid(n: u64) -> String {
-        IdCodec::new(&settings().id_secret, "p1").encode(n)
+        crate::ids::IdCodec::new(&settings().id_secret, "p1").encode(n)
     }
 
     /// A confirm signed as the shop's payment backend signs it.
