@@ -78,7 +78,7 @@ function capnpString(s) {
 
 /** The platform's rate limiter, as miniflare gives it to workerd: a
  * wrapped binding over an internal module (the same code wrangler dev runs). */
-const RATELIMIT_MODULE = join(ROOT, "node_modules/miniflare/dist/src/workers/ratelimit/ratelimit.worker.js");
+export const RATELIMIT_MODULE = join(ROOT, "node_modules/miniflare/dist/src/workers/ratelimit/ratelimit.worker.js");
 const LIMITERS = { ip: "RATE_LIMIT_IP", buyer: "RATE_LIMIT_BUYER", admin: "RATE_LIMIT_ADMIN" };
 
 /** Limits so high that no functional test meets them; the tests of the
@@ -101,7 +101,7 @@ export function coreLimit(name) {
   return /^[A-Z]/.test(m[1]) ? coreLimit(m[1]) : Number(m[1].replaceAll("_", ""));
 }
 
-function rateLimitBindings(policies) {
+export function rateLimitBindings(policies) {
   return policies.split(";").map((p, i) => {
     const [name, quota] = p.split("=");
     const [limit, period] = quota.split("/");
