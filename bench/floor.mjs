@@ -65,18 +65,22 @@ ${rateLimitBindings(UNLIMITED).join("\n")}
 }
 
 const w = await start();
+// Stopped on every way out: a failed run must not leave workerd serving.
 const PATHS = ["hop", "limited", "command"];
 const runs = Object.fromEntries(PATHS.map((p) => [p, []]));
-for (let i = 0; i < RUNS; i++) {
-  for (const path of PATHS) {
-    const r = await load({ url: w.url, pid: w.proc.pid, connections: CONNECTIONS, durationMs: SECONDS * 1000, request: () => ({ path: `/${path}` }) });
-    const bad = Object.keys(r.statuses).filter((s) => s !== "200");
-    if (bad.length) throw new Error(`/${path} answered ${JSON.stringify(r.statuses)}`);
-    runs[path].push(r);
-    console.log(`run ${i + 1} /${path.padEnd(8)} ${r.rps.toFixed(0).padStart(6)} req/s  cpu ${r.cpuPerRequestUs.toFixed(1).padStart(6)} us/req`);
+try {
+  for (let i = 0; i < RUNS; i++) {
+    for (const path of PATHS) {
+      const r = await load({ url: w.url, pid: w.proc.pid, connections: CONNECTIONS, durationMs: SECONDS * 1000, request: () => ({ path: `/${path}` }) });
+      const bad = Object.keys(r.statuses).filter((s) => s !== "200");
+      if (bad.length) throw new Error(`/${path} answered ${JSON.stringify(r.statuses)}`);
+      runs[path].push(r);
+      console.log(`run ${i + 1} /${path.padEnd(8)} ${r.rps.toFixed(0).padStart(6)} req/s  cpu ${r.cpuPerRequestUs.toFixed(1).padStart(6)} us/req`);
+    }
   }
+} finally {
+  w.stop();
 }
-w.stop();
 const cpu = (path) => median(runs[path].map((r) => r.cpuPerRequestUs));
 console.log(`workerd CPU per request, medians of ${RUNS}: the hop ${cpu("hop").toFixed(1)} us, after the two limiter calls ${cpu("limited").toFixed(1)} us, the JS read with its command ${cpu("command").toFixed(1)} us`);
 for (const path of ["limited", "command"]) {
