@@ -1,8 +1,9 @@
 // The runtime ceiling (bench/baseline/ceiling.js, a copy of the project's
 // yardstick) on bare workerd, for bench/edge.mjs and bench/profile.mjs; and,
 // with `worker`, another JS Worker of the same shape (a `Ceiling` object
-// bound as CEILING), for bench/floor.mjs.
+// bound as CEILING): bench/floor.js, for bench/floor.mjs (`startFloor`).
 import { spawn } from "node:child_process";
+import { createHmac } from "node:crypto";
 import { copyFileSync, mkdtempSync, mkdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
@@ -12,8 +13,8 @@ import { freePort, RATELIMIT_MODULE, rateLimitBindings, requireBuilt, ROOT, UNLI
  * for the V8 inspector on that port. `worker` (a path from the root) runs
  * in its place; with `limiters`, it gets the gate's rate limiting bindings,
  * unlimited, as wrangler dev gives them. Ready once `readyPath` answers
- * 200. */
-export async function startCeiling({ inspector, worker = "bench/baseline/ceiling.js", limiters = false, readyPath = "/plain" } = {}) {
+ * 200. `vars`: its text bindings. */
+export async function startCeiling({ inspector, worker = "bench/baseline/ceiling.js", limiters = false, readyPath = "/plain", vars = {} } = {}) {
   requireBuilt([[WORKERD, "npm ci"]]);
   const dir = mkdtempSync(join(tmpdir(), "flashgate-ceiling-"));
   mkdirSync(join(dir, "do-state"));
@@ -42,6 +43,7 @@ const ceilingWorker :Workerd.Worker = (
   bindings = [
     (name = "CEILING", durableObjectNamespace = "Ceiling"),
 ${limiters ? rateLimitBindings(UNLIMITED).join("\n") : ""}
+${Object.entries(vars).map(([name, text]) => `    (name = "${name}", text = ${JSON.stringify(text)}),`).join("\n")}
   ],
 );
 `,
@@ -62,4 +64,58 @@ ${limiters ? rateLimitBindings(UNLIMITED).join("\n") : ""}
     }
   }
   return { url, proc, stop: () => proc.kill("SIGTERM") };
+}
+
+/** The keys bench/floor.js's read with the gate's duties is given: its
+ * buyer tokens' key id and HS256 secret, and the key of its reservation
+ * ids' permutation. */
+const FLOOR_KEYS = { TOKEN_KID: "b1", TOKEN_SECRET: "floor-token-secret-0123456789abcdef", ID_KEY: "floor-id-key-0123456789abcdef0123" };
+
+/** bench/floor.js on bare workerd, as `startCeiling` starts it, with the
+ * request of each of its paths: `hop`, `limited`, `command`, `rpc`, `duties` (a
+ * buyer's read of its hold, with its HS256 token and its hold's id),
+ * `plain`, `product` and `soldout` (a buyer's reserve).
+ * The duties are checked done before it is handed out: the hold comes back
+ * under its id, a forged signature, another id or a bad body is refused,
+ * and the reserve is refused as sold out. */
+export async function startFloor({ inspector } = {}) {
+  const w = await startCeiling({ inspector, worker: "bench/floor.js", limiters: true, readyPath: "/limited", vars: FLOOR_KEYS });
+  try {
+    const b64url = (s) => Buffer.from(s).toString("base64url");
+    const nowS = Math.floor(Date.now() / 1000);
+    const signed = `${b64url(JSON.stringify({ alg: "HS256", typ: "JWT", kid: FLOOR_KEYS.TOKEN_KID }))}.${b64url(JSON.stringify({ sub: "reader", aud: "flashgate", iat: nowS, exp: nowS + 3600 }))}`;
+    const token = `${signed}.${createHmac("sha256", FLOOR_KEYS.TOKEN_SECRET).update(signed).digest("base64url")}`;
+    const holdId = async (n) => (await fetch(`${w.url}/duties-id/${n}`)).text();
+    const requests = {
+      hop: { path: "/hop" },
+      limited: { path: "/limited" },
+      command: { path: "/command" },
+      rpc: { path: "/rpc" },
+      duties: { path: `/duties/${await holdId(7)}`, headers: { authorization: `Bearer ${token}` } },
+      plain: { path: "/plain" },
+      product: { path: "/product" },
+      soldout: { method: "POST", path: "/soldout", headers: { "content-type": "application/json", authorization: `Bearer ${token}`, "idempotency-key": '"floor-1"' }, body: '{"quantity":1}' },
+    };
+    const ask = async ({ method, path, headers, body }) => {
+      const r = await fetch(`${w.url}${path}`, { method, headers, body });
+      return { status: r.status, body: await r.text() };
+    };
+    const checks = [
+      [requests.duties, 200, JSON.stringify({ ...JSON.parse((await ask(requests.command)).body), reservation_id: await holdId(7) })],
+      [{ ...requests.duties, headers: { authorization: `Bearer ${token.slice(0, -2)}AA` } }, 401],
+      [{ ...requests.duties, path: `/duties/${await holdId(8)}` }, 404],
+      [requests.rpc, 200, (await ask(requests.command)).body],
+      [requests.soldout, 409],
+      [{ ...requests.soldout, headers: { ...requests.soldout.headers, authorization: `Bearer ${token.slice(0, -2)}AA` } }, 401],
+      [{ ...requests.soldout, body: '{"quantity":0}' }, 400],
+    ];
+    for (const [request, status, body] of checks) {
+      const r = await ask(request);
+      if (r.status !== status || (body !== undefined && r.body !== body)) throw new Error(`${request.path} answered ${r.status} ${r.body}, not ${status}`);
+    }
+    return { ...w, requests };
+  } catch (e) {
+    w.stop();
+    throw e;
+  }
 }

@@ -3,7 +3,7 @@
 // bench/edge.mjs, summarised by self time per function and per category.
 // Prints figures; asserts nothing.
 //
-//   node --experimental-websocket bench/profile.mjs [reserve|confirm|soldout|read|objread|ceiling-hop|ceiling-group|ceiling-each] [seconds]
+//   node --experimental-websocket bench/profile.mjs [reserve|confirm|soldout|read|objread|ceiling-hop|ceiling-group|ceiling-each|floor-hop|floor-limited|floor-command|floor-duties] [seconds]
 //   BENCH_SHARDS=8 node --experimental-websocket bench/profile.mjs soldout   the product over 8 stock shards
 //   BENCH_ORIGIN=1 node --experimental-websocket bench/profile.mjs confirm   with an origin (SQLite) that
 //     takes the outbox's deliveries, as in a sale; without it the outbox has nowhere to deliver
@@ -21,7 +21,7 @@ import { client } from "../tests/support/client.mjs";
 import { buyerToken, signedConfirm } from "../tests/support/keys.mjs";
 import { cpuUs, load } from "./load.mjs";
 import { originBinary, startOrigin } from "../tests/support/origin.mjs";
-import { startCeiling } from "./ceiling.mjs";
+import { startCeiling, startFloor } from "./ceiling.mjs";
 
 const MODE = process.argv[2] ?? "reserve";
 const SECONDS = Number(process.argv[3] ?? 5);
@@ -35,8 +35,11 @@ const ORIGIN = process.env.BENCH_ORIGIN === "1";
 
 // ceiling-hop, ceiling-group and ceiling-each profile the JavaScript
 // ceiling instead, under the same load: the runtime's own cost per request,
-// the floor the gate's figures stand on.
-const CEILING = MODE.startsWith("ceiling-") ? `/${MODE.slice("ceiling-".length)}` : null;
+// the floor the gate's figures stand on. floor-hop, floor-limited,
+// floor-command and floor-duties profile bench/floor.js's paths
+// (bench/floor.mjs).
+const FLOOR = MODE.startsWith("floor-");
+const CEILING = MODE.startsWith("ceiling-") || FLOOR ? `/${MODE.slice(MODE.indexOf("-") + 1)}` : null;
 // A fresh clone has neither workerd nor the built Worker: say which command
 // builds each before anything is spawned, not a bare ENOENT after.
 exitUnlessBuilt(CEILING ? [[WORKERD, "npm ci"]] : ORIGIN ? [...GATE_BUILT, originBinary()] : GATE_BUILT);
@@ -45,10 +48,12 @@ mkdirSync(join(dir, "state"));
 const inspector = await freePort();
 let url;
 let proc;
+let floorRequest;
 const origin = ORIGIN && !CEILING ? await startOrigin({}) : null;
 if (CEILING) {
-  const ceiling = await startCeiling({ inspector });
+  const ceiling = FLOOR ? await startFloor({ inspector }) : await startCeiling({ inspector });
   ({ url, proc } = ceiling);
+  if (FLOOR) floorRequest = ceiling.requests[CEILING.slice(1)];
 } else {
   const port = await freePort();
   const config = writeConfig({ dir, stateDir: join(dir, "state"), port, vars: gateVars({ originUrl: origin?.url ?? "" }) });
@@ -122,8 +127,10 @@ let confirmed = 0;
 // Each reserve is a new buyer's, across the warm-up and both runs, so that
 // none is an idempotent replay.
 let reserves = 0;
-const request = CEILING
-  ? () => ({ path: CEILING })
+const request = FLOOR
+  ? () => floorRequest
+  : CEILING
+    ? () => ({ path: CEILING })
   : MODE === "read"
     ? () => ({ path: `/api/products/${product}` })
     : MODE === "objread"
