@@ -4,13 +4,12 @@
 // (bench/baseline/ceiling.js's /hop): the hop after the two limiter calls
 // a buyer's read of its hold makes; a JS read that also sends its command
 // as the gate does and has the object parse it and answer JSON, by fetch
-// and by Durable Object RPC; and that
-// read with the gate's own duties (the token verified, the id decoded and
-// encoded again). Against the plain Worker: a product read and a sold-out
-// refusal, each with its limits, token and checks. The gate's targets by
-// CPU: the own read 0.8 of the hop, the product read 0.8 and the sold-out
-// refusal 0.6 of the plain Worker. Prints figures; asserts nothing about
-// time.
+// and by Durable Object RPC; and that read with the gate's own duties (the
+// token verified, the id decoded and encoded again). Against the plain
+// Worker: a product read and a sold-out refusal, each with its limits,
+// token and checks. The gate's targets by CPU: the own read 0.8 of the hop,
+// the product read 0.8 and the sold-out refusal 0.6 of the plain Worker.
+// Prints figures; asserts nothing about time.
 //
 //   node bench/floor.mjs            (BENCH_SECONDS=5 BENCH_RUNS=3 BENCH_CONNECTIONS=64)
 import { startFloor } from "./ceiling.mjs";

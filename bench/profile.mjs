@@ -3,7 +3,7 @@
 // bench/edge.mjs, summarised by self time per function and per category.
 // Prints figures; asserts nothing.
 //
-//   node --experimental-websocket bench/profile.mjs [reserve|confirm|soldout|read|objread|ceiling-hop|ceiling-group|ceiling-each|floor-hop|floor-limited|floor-command|floor-duties] [seconds]
+//   node --experimental-websocket bench/profile.mjs [reserve|confirm|soldout|read|objread|ceiling-hop|ceiling-group|ceiling-each|floor-PATH] [seconds]
 //   BENCH_SHARDS=8 node --experimental-websocket bench/profile.mjs soldout   the product over 8 stock shards
 //   BENCH_ORIGIN=1 node --experimental-websocket bench/profile.mjs confirm   with an origin (SQLite) that
 //     takes the outbox's deliveries, as in a sale; without it the outbox has nowhere to deliver
@@ -35,9 +35,8 @@ const ORIGIN = process.env.BENCH_ORIGIN === "1";
 
 // ceiling-hop, ceiling-group and ceiling-each profile the JavaScript
 // ceiling instead, under the same load: the runtime's own cost per request,
-// the floor the gate's figures stand on. floor-hop, floor-limited,
-// floor-command and floor-duties profile bench/floor.js's paths
-// (bench/floor.mjs).
+// the floor the gate's figures stand on. floor-PATH profiles a path of
+// bench/floor.js (floor-duties, floor-product, ...; bench/floor.mjs).
 const FLOOR = MODE.startsWith("floor-");
 const CEILING = MODE.startsWith("ceiling-") || FLOOR ? `/${MODE.slice(MODE.indexOf("-") + 1)}` : null;
 // A fresh clone has neither workerd nor the built Worker: say which command
@@ -48,12 +47,16 @@ mkdirSync(join(dir, "state"));
 const inspector = await freePort();
 let url;
 let proc;
-let floorRequest;
+let ceilingRequest;
 const origin = ORIGIN && !CEILING ? await startOrigin({}) : null;
 if (CEILING) {
   const ceiling = FLOOR ? await startFloor({ inspector }) : await startCeiling({ inspector });
   ({ url, proc } = ceiling);
-  if (FLOOR) floorRequest = ceiling.requests[CEILING.slice(1)];
+  ceilingRequest = FLOOR ? ceiling.requests[CEILING.slice(1)] : { path: CEILING };
+  if (ceilingRequest === undefined) {
+    ceiling.stop();
+    throw new Error(`bench/floor.js has no path ${CEILING}: floor-${Object.keys(ceiling.requests).join(", floor-")}`);
+  }
 } else {
   const port = await freePort();
   const config = writeConfig({ dir, stateDir: join(dir, "state"), port, vars: gateVars({ originUrl: origin?.url ?? "" }) });
@@ -127,10 +130,8 @@ let confirmed = 0;
 // Each reserve is a new buyer's, across the warm-up and both runs, so that
 // none is an idempotent replay.
 let reserves = 0;
-const request = FLOOR
-  ? () => floorRequest
-  : CEILING
-    ? () => ({ path: CEILING })
+const request = CEILING
+  ? () => ceilingRequest
   : MODE === "read"
     ? () => ({ path: `/api/products/${product}` })
     : MODE === "objread"
