@@ -85,6 +85,9 @@ export async function startFloor({ inspector } = {}) {
     const nowS = Math.floor(Date.now() / 1000);
     const signed = `${b64url(JSON.stringify({ alg: "HS256", typ: "JWT", kid: FLOOR_KEYS.TOKEN_KID }))}.${b64url(JSON.stringify({ sub: "reader", aud: "flashgate", iat: nowS, exp: nowS + 3600 }))}`;
     const token = `${signed}.${createHmac("sha256", FLOOR_KEYS.TOKEN_SECRET).update(signed).digest("base64url")}`;
+    // The token with one character of its signature changed.
+    const at = token.length - 5;
+    const forged = `${token.slice(0, at)}${token[at] === "A" ? "B" : "A"}${token.slice(at + 1)}`;
     const holdId = async (n) => (await fetch(`${w.url}/duties-id/${n}`)).text();
     const requests = {
       hop: { path: "/hop" },
@@ -102,11 +105,12 @@ export async function startFloor({ inspector } = {}) {
     };
     const checks = [
       [requests.duties, 200, JSON.stringify({ ...JSON.parse((await ask(requests.command)).body), reservation_id: await holdId(7) })],
-      [{ ...requests.duties, headers: { authorization: `Bearer ${token.slice(0, -2)}AA` } }, 401],
+      [{ ...requests.duties, headers: { authorization: `Bearer ${forged}` } }, 401],
       [{ ...requests.duties, path: `/duties/${await holdId(8)}` }, 404],
       [requests.rpc, 200, (await ask(requests.command)).body],
+      [requests.product, 200],
       [requests.soldout, 409],
-      [{ ...requests.soldout, headers: { ...requests.soldout.headers, authorization: `Bearer ${token.slice(0, -2)}AA` } }, 401],
+      [{ ...requests.soldout, headers: { ...requests.soldout.headers, authorization: `Bearer ${forged}` } }, 401],
       [{ ...requests.soldout, body: '{"quantity":0}' }, 400],
     ];
     for (const [request, status, body] of checks) {

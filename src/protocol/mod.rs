@@ -314,9 +314,12 @@ pub fn shard_object(product_id: &str, index: u16) -> String {
     format!("{product_id}#{index}")
 }
 
-/// The request header that carries a command from the Worker to its
-/// object, when it fits: a header is read synchronously, where a body is a
-/// stream read through a promise.
+/// The request header that carries a command in a request to an object,
+/// when it fits: the Worker's watch (a WebSocket upgrade), and one object's
+/// call to another (a shard's report, home's push). A header is read
+/// synchronously, where a body is a stream read through a promise. Every
+/// other command of the Worker's goes by RPC, as its JSON (the object's
+/// `command`).
 pub const COMMAND_HEADER: &str = "flashgate-command";
 
 impl Command {

@@ -17,6 +17,7 @@
 // call resets the instance (`__wbg_reset_state`, which wasm-bindgen emits
 // for `--experimental-reset-state-function`) and each object rebuilds its
 // wasm-bindgen half from storage, as after an eviction.
+import { DurableObject as Base } from "cloudflare:workers";
 import * as wasm from "./index.js";
 
 const initState = wasm.__worker_init_state();
@@ -56,12 +57,13 @@ export default {
 
 // The handlers workerd looks for on a Durable Object; a class that does not
 // define one does not get it.
-const OBJECT_METHODS = ["fetch", "alarm", "webSocketMessage", "webSocketClose", "webSocketError"];
+const OBJECT_METHODS = ["fetch", "command", "alarm", "webSocketMessage", "webSocketClose", "webSocketError"];
 
 /** A Durable Object class around the wasm-bindgen class `Inner`. */
 function durableObject(Inner) {
-  class DurableObject {
+  class DurableObject extends Base {
     constructor(state, env) {
+      super(state, env);
       checkReinitialize();
       this.state = state;
       this.env = env;

@@ -7,7 +7,7 @@
 // serves every other end-to-end test.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { copyFileSync, mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -34,13 +34,26 @@ class Base {
   alarm() { return Promise.resolve("alarm"); }
   webSocketClose(ws, code, reason, clean) { return [ws, code, reason, clean]; }
 }
-export class ProductGate extends Base {}
+export class ProductGate extends Base {
+  command(text) { maybeTrap(); return Promise.resolve({ text, generation: this.generation }); }
+}
 export class Catalog extends Base {}
+`;
+
+// The runtime's \`DurableObject\` base class (\`cloudflare:workers\`, which
+// Node cannot import): it keeps what it is given, as workerd's does.
+const RUNTIME = `
+export class DurableObject {
+  constructor(ctx, env) { this.ctx = ctx; this.env = env; }
+}
 `;
 
 async function load() {
   const dir = mkdtempSync(join(tmpdir(), "flashgate-entry-"));
-  copyFileSync(join(ROOT, "src/wasm/entry.mjs"), join(dir, "entry.mjs"));
+  const source = readFileSync(join(ROOT, "src/wasm/entry.mjs"), "utf8");
+  assert.match(source, /from "cloudflare:workers";/);
+  writeFileSync(join(dir, "entry.mjs"), source.replace('from "cloudflare:workers";', 'from "./runtime.mjs";'));
+  writeFileSync(join(dir, "runtime.mjs"), RUNTIME);
   writeFileSync(join(dir, "index.js"), STAND_IN);
   const listeners = {};
   // workerd's global scope has addEventListener; Node's has none.
@@ -49,7 +62,7 @@ async function load() {
   };
   const entry = await import(pathToFileURL(join(dir, "entry.mjs")).href);
   const glue = await import(pathToFileURL(join(dir, "index.js")).href);
-  return { entry, calls: glue.calls, listeners };
+  return { entry, calls: glue.calls, listeners, dir };
 }
 
 test("the default export passes the request, env and context through, and a trap resets the instance before the next call", async () => {
@@ -66,11 +79,17 @@ test("the default export passes the request, env and context through, and a trap
 });
 
 test("a Durable Object keeps its wasm-bindgen object until a reset, then rebuilds it from the same state and env", async () => {
-  const { entry, calls } = await load();
+  const { entry, calls, dir } = await load();
+  const { DurableObject } = await import(pathToFileURL(join(dir, "runtime.mjs")).href);
   const gate = new entry.ProductGate("state", "env");
   assert.equal(entry.ProductGate.name, "ProductGate");
+  // The runtime offers a class's methods by RPC only when it extends its
+  // DurableObject.
+  assert.ok(gate instanceof DurableObject);
+  assert.deepEqual([gate.ctx, gate.env], ["state", "env"]);
   assert.equal(calls.built, 1);
   assert.deepEqual(await gate.fetch("r1"), { req: "r1", generation: 0 });
+  assert.deepEqual(await gate.command("{}"), { text: "{}", generation: 0 });
   assert.equal(await gate.alarm(), "alarm");
   assert.deepEqual(gate.webSocketClose("ws", 1000, "bye", true), ["ws", 1000, "bye", true]);
   assert.equal(typeof gate.webSocketMessage, "undefined", "a handler the class lacks is not offered");
@@ -84,6 +103,7 @@ test("a Durable Object keeps its wasm-bindgen object until a reset, then rebuild
   assert.deepEqual(gate.inner.args, ["state", "env"]);
   // Another object, built before the reset, rebuilds too on its next call.
   const other = new entry.Catalog("s2", "e2");
+  assert.equal(typeof other.command, "undefined", "nor a method the class lacks");
   calls.trapNext = true;
   assert.throws(() => other.fetch("x"), WebAssembly.RuntimeError);
   await gate.fetch("r4");

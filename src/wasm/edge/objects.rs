@@ -258,22 +258,17 @@ pub async fn forward_raw(
     product_id: &str,
     cmd: &Command,
 ) -> worker::Result<web_sys::Response> {
-    let (header, body) = match cmd.to_header() {
-        Some(header) => (Some(header), None),
-        None => (None, Some(serde_json::to_string(cmd)?)),
-    };
+    // A watch is a WebSocket upgrade, a request of its own with the command
+    // in its header; every other command goes by RPC.
     let watch = matches!(cmd, Command::Watch { .. });
-    let promise = NAMES.with(|(binding, field)| {
-        send_command(
-            env,
-            binding,
-            product_id,
-            field,
-            header.as_deref(),
-            body.as_deref(),
-            watch,
-        )
-    })?;
+    let text = if watch {
+        cmd.to_header()
+            .ok_or_else(|| worker::Error::RustError("a watch too long for its header".into()))?
+    } else {
+        serde_json::to_string(cmd)?
+    };
+    let promise = NAMES
+        .with(|(binding, field)| send_command(env, binding, product_id, field, &text, watch))?;
     Ok(JsFuture::from(promise)
         .await?
         .dyn_into::<web_sys::Response>()?)
@@ -293,7 +288,7 @@ thread_local! {
 // stub) is not tied to the request that made it. Bounded: cleared when full.
 const ids = new Map();
 const IDS_MAX = 10000;
-export function send_command(env, binding, name, header, command, body, watch) {
+export function send_command(env, binding, name, header, command, watch) {
   const key = binding + '/' + name;
   let id = ids.get(key);
   if (id === undefined) {
@@ -301,37 +296,34 @@ export function send_command(env, binding, name, header, command, body, watch) {
     id = env[binding].idFromName(name);
     ids.set(key, id);
   }
-  // A plain object: the runtime reads it into the request's fields in one
-  // conversion, where a Headers is a construction and a call per field.
-  const headers = {};
-  if (command !== undefined) headers[header] = command;
-  // A watch is a WebSocket upgrade, which is a GET without a body.
-  if (watch) headers.upgrade = 'websocket';
-  return env[binding].get(id).fetch('https://product-gate/command', {
-    method: watch ? 'GET' : 'POST',
-    headers,
-    body,
+  const stub = env[binding].get(id);
+  if (!watch) return stub.command(command);
+  return stub.fetch('https://product-gate/command', {
+    method: 'GET',
+    headers: { [header]: command, upgrade: 'websocket' },
   });
 }")]
 extern "C" {
     /// Sends a command to the named object in one call across the
-    /// boundary (the id, the stub, the request and its fetch): the
-    /// command as the `header` field when it fits, else as the body.
-    /// The constant names go as JS strings made once (`NAMES`) and the
-    /// command and body as borrowed strings, which JS decodes without
-    /// freeing them in wasm. Measured by `node --experimental-websocket
-    /// bench/profile.mjs objread 5`, two alternated pairs against four
-    /// decoded strings, two of them owned, and a `Headers`: 219.9 and
-    /// 218.4 us of isolate time per buyer's read of its hold before,
-    /// 211.1 and 209.0 after.
+    /// boundary (the id, the stub and the call): by Durable Object RPC
+    /// (the object's `command`, which answers as its `fetch` would), or,
+    /// for a watch, as a WebSocket upgrade with the command in the
+    /// `header` field. The constant names go as JS strings made once
+    /// (`NAMES`) and the command as a borrowed string, which JS decodes
+    /// without freeing it in wasm.
+    ///
+    /// RPC in place of a request per command: measured by
+    /// `BENCH_PROFILE=0 node --experimental-websocket bench/profile.mjs
+    /// objread 5`, three alternated pairs, workerd CPU per buyer's read of
+    /// its hold: 274.8, 298.7 and 302.6 us by request; 255.3, 227.5 and
+    /// 185.6 by RPC.
     #[wasm_bindgen(catch)]
     fn send_command(
         env: &Env,
         binding: &JsValue,
         name: &str,
         header: &JsValue,
-        command: Option<&str>,
-        body: Option<&str>,
+        command: &str,
         watch: bool,
     ) -> Result<js_sys::Promise, JsValue>;
 }

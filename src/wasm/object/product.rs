@@ -779,6 +779,15 @@ impl ProductGate {
         Ok(self.handle(req).await?)
     }
 
+    /// A command of the Worker's, by Durable Object RPC: its JSON,
+    /// answered as `fetch` answers one in a request. The runtime offers
+    /// this method because the entry module's class extends its
+    /// `DurableObject`.
+    pub async fn command(&self, text: String) -> Result<web_sys::Response, JsValue> {
+        views::count_event();
+        Ok(self.handle_command(Ok(text)).await?)
+    }
+
     pub async fn alarm(&self) -> Result<JsValue, JsValue> {
         views::count_event();
         let expired = self
@@ -837,9 +846,6 @@ impl ProductGate {
 
 impl ProductGate {
     async fn handle(&self, req: web_sys::Request) -> worker::Result<web_sys::Response> {
-        if config::settings(&self.env).is_err() {
-            return http::problem(Problem::misconfigured());
-        }
         // The command comes as a header when it fits (read without a
         // promise), else as the body. Text and serde_json, not
         // `req.json()`: parsing in Rust is cheaper than building a JS
@@ -851,6 +857,17 @@ impl ProductGate {
                 .map(|t| t.as_string().unwrap_or_default())
                 .map_err(worker::Error::from),
         };
+        self.handle_command(text).await
+    }
+
+    /// A command's JSON (or the error of reading it), decided and answered.
+    async fn handle_command(
+        &self,
+        text: worker::Result<String>,
+    ) -> worker::Result<web_sys::Response> {
+        if config::settings(&self.env).is_err() {
+            return http::problem(Problem::misconfigured());
+        }
         let parsed =
             text.and_then(|t| serde_json::from_str::<Command>(&t).map_err(worker::Error::from));
         let cmd = match parsed {
