@@ -55,8 +55,9 @@ export default {
   },
 };
 
-// The handlers workerd looks for on a Durable Object; a class that does not
-// define one does not get it.
+// The handlers workerd looks for on a Durable Object, and `command`, the
+// method the Worker calls by RPC (offered because the class extends the
+// runtime's DurableObject); a class that does not define one does not get it.
 const OBJECT_METHODS = ["fetch", "command", "alarm", "webSocketMessage", "webSocketClose", "webSocketError"];
 
 /** A Durable Object class around the wasm-bindgen class `Inner`. */
