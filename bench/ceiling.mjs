@@ -3,10 +3,10 @@
 // with `worker`, another JS Worker of the same shape (a `Ceiling` object
 // bound as CEILING): bench/floor.js, for bench/floor.mjs (`startFloor`).
 import { spawn } from "node:child_process";
-import { createHmac } from "node:crypto";
 import { copyFileSync, mkdtempSync, mkdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
+import { BUYER_TOKEN_KEYS, buyerToken, ID_SECRET, parseKeys } from "../tests/support/keys.mjs";
 import { freePort, RATELIMIT_MODULE, rateLimitBindings, requireBuilt, ROOT, UNLIMITED, WORKERD } from "../tests/support/runtime.mjs";
 
 /** Starts the ceiling on bare workerd; with `inspector`, workerd listens
@@ -66,10 +66,11 @@ ${Object.entries(vars).map(([name, text]) => `    (name = "${name}", text = ${JS
   return { url, proc, stop: () => proc.kill("SIGTERM") };
 }
 
-/** The keys bench/floor.js's read with the gate's duties is given: its
- * buyer tokens' key id and HS256 secret, and the key of its reservation
- * ids' permutation. */
-const FLOOR_KEYS = { TOKEN_KID: "b1", TOKEN_SECRET: "floor-token-secret-0123456789abcdef", ID_KEY: "floor-id-key-0123456789abcdef0123" };
+/** The keys bench/floor.js's read with the gate's duties is given, the
+ * tests' own: its buyer tokens' key id and HS256 secret, and the key of its
+ * reservation ids' permutation. */
+const tokenKey = parseKeys(BUYER_TOKEN_KEYS)[0];
+const FLOOR_KEYS = { TOKEN_KID: tokenKey.kid, TOKEN_SECRET: tokenKey.secret, ID_KEY: ID_SECRET };
 
 /** bench/floor.js on bare workerd, as `startCeiling` starts it, with the
  * request of each of its paths: `hop`, `limited`, `command`, `rpc`, `duties` (a
@@ -81,10 +82,8 @@ const FLOOR_KEYS = { TOKEN_KID: "b1", TOKEN_SECRET: "floor-token-secret-01234567
 export async function startFloor({ inspector } = {}) {
   const w = await startCeiling({ inspector, worker: "bench/floor.js", limiters: true, readyPath: "/limited", vars: FLOOR_KEYS });
   try {
-    const b64url = (s) => Buffer.from(s).toString("base64url");
-    const nowS = Math.floor(Date.now() / 1000);
-    const signed = `${b64url(JSON.stringify({ alg: "HS256", typ: "JWT", kid: FLOOR_KEYS.TOKEN_KID }))}.${b64url(JSON.stringify({ sub: "reader", aud: "flashgate", iat: nowS, exp: nowS + 3600 }))}`;
-    const token = `${signed}.${createHmac("sha256", FLOOR_KEYS.TOKEN_SECRET).update(signed).digest("base64url")}`;
+    // Valid for a day: a long run must not outlive it.
+    const token = buyerToken("reader", { claims: { exp: Math.floor(Date.now() / 1000) + 86_400 } });
     // The token with one character of its signature changed.
     const at = token.length - 5;
     const forged = `${token.slice(0, at)}${token[at] === "A" ? "B" : "A"}${token.slice(at + 1)}`;

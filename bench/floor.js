@@ -218,13 +218,15 @@ export class Ceiling extends DurableObject {
     return new Response(JSON.stringify(HOLD), { headers: { "content-type": "application/json" } });
   }
 }
+/** The client's limit, keyed by its address, as the gate's first step. */
+const clientLimit = (env, req) => env.RATE_LIMIT_IP.limit({ key: req.headers.get("cf-connecting-ip") ?? "127.0.0.1" });
 const ids = new Map();
 export default {
   async fetch(req, env) {
     const path = new URL(req.url).pathname;
     if (path === "/plain") return new Response("ok");
     if (path === "/product") {
-      const ip = await env.RATE_LIMIT_IP.limit({ key: req.headers.get("cf-connecting-ip") ?? "127.0.0.1" });
+      const ip = await clientLimit(env, req);
       if (!ip.success) return new Response("limited", { status: 429 });
       const product = products.get("p1");
       return new Response(product.body, { headers: { "content-type": "application/json", "cache-control": "public, max-age=1", "x-content-type-options": "nosniff" } });
@@ -235,7 +237,7 @@ export default {
     let id = ids.get("p1");
     if (id === undefined) ids.set("p1", (id = env.CEILING.idFromName("p1")));
     if (path === "/soldout") {
-      const ip = await env.RATE_LIMIT_IP.limit({ key: req.headers.get("cf-connecting-ip") ?? "127.0.0.1" });
+      const ip = await clientLimit(env, req);
       if (!ip.success) return new Response("limited", { status: 429 });
       const body = await req.text();
       const buyer = verifyToken(env, req.headers.get("authorization"));
@@ -254,7 +256,7 @@ export default {
       return new Response(SOLD_OUT, { status: 409, headers: { "content-type": "application/problem+json", "x-content-type-options": "nosniff" } });
     }
     if (path.startsWith("/duties/")) {
-      const ip = await env.RATE_LIMIT_IP.limit({ key: req.headers.get("cf-connecting-ip") ?? "127.0.0.1" });
+      const ip = await clientLimit(env, req);
       if (!ip.success) return new Response("limited", { status: 429 });
       const buyer = verifyToken(env, req.headers.get("authorization"));
       if (buyer === null) return new Response("unauthorized", { status: 401 });
@@ -267,7 +269,7 @@ export default {
       return env.CEILING.get(id).fetch("https://product-gate/duties", { method: "POST", headers: { "flashgate-command": command } });
     }
     if (path !== "/hop") {
-      const ip = await env.RATE_LIMIT_IP.limit({ key: req.headers.get("cf-connecting-ip") ?? "127.0.0.1" });
+      const ip = await clientLimit(env, req);
       const buyer = await env.RATE_LIMIT_BUYER.limit({ key: "reader" });
       if (!ip.success || !buyer.success) return new Response("limited", { status: 429 });
     }

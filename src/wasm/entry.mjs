@@ -64,10 +64,9 @@ const OBJECT_METHODS = ["fetch", "command", "alarm", "webSocketMessage", "webSoc
 function durableObject(Inner) {
   class DurableObject extends Base {
     constructor(state, env) {
+      // The runtime's class keeps them as `ctx` and `env`.
       super(state, env);
       checkReinitialize();
-      this.state = state;
-      this.env = env;
       this.instanceId = initState.instanceId;
       try {
         this.inner = new Inner(state, env);
@@ -85,7 +84,7 @@ function durableObject(Inner) {
       checkReinitialize();
       if (this.instanceId !== initState.instanceId) {
         // The instance was reset: the old object's memory is gone.
-        this.inner = new Inner(this.state, this.env);
+        this.inner = new Inner(this.ctx, this.env);
         this.instanceId = initState.instanceId;
       }
       try {
