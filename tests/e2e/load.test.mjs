@@ -4,25 +4,27 @@
 // scripts/test makes.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { execFile, execFileSync, spawn } from "node:child_process";
-import { join } from "node:path";
+import { execFile, spawn } from "node:child_process";
 import * as keys from "../support/keys.mjs";
 import { EVENTUALLY_MS, sleep } from "../support/client.mjs";
-import { ROOT } from "../support/runtime.mjs";
+import { cargoBinary, requireBuilt } from "../support/runtime.mjs";
 import { withGate } from "../support/system.mjs";
 
-const target = JSON.parse(execFileSync("cargo", ["metadata", "--format-version", "1", "--no-deps"], { cwd: ROOT })).target_directory;
-const LOAD = join(target, "debug", "flashgate-load");
+const LOAD_BUILT = cargoBinary("flashgate-load", "debug");
+const LOAD = LOAD_BUILT[0];
 
 /** Runs flashgate-load with `args`; resolves to its exit code, JSON report
  * and stderr. `signal` ({ name, afterMs }) sends it a signal mid-run. */
 function load(args, { signal } = {}) {
-  return new Promise((ok) => {
+  // Unbuilt, the spawn fails with a bare ENOENT; this names the command.
+  requireBuilt([LOAD_BUILT]);
+  return new Promise((ok, fail) => {
     const proc = spawn(LOAD, [...args, "--json"], { env: { ...process.env, FLASHGATE_ADMIN_TOKEN: keys.ADMIN_TOKEN } });
     let stdout = "";
     let stderr = "";
     proc.stdout.on("data", (d) => (stdout += d));
     proc.stderr.on("data", (d) => (stderr += d));
+    proc.on("error", fail);
     const timer = signal && setTimeout(() => proc.kill(signal.name), signal.afterMs);
     proc.on("close", (code) => {
       clearTimeout(timer);
