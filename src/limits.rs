@@ -191,8 +191,8 @@ pub const FILTER_BYTES_MAX: usize = flashgate_core::limits::BLOOM_BYTES_MAX;
 
 // protocol/mod.rs
 
-/// The most bytes of a command sent as a header; a larger one (a snapshot
-/// request carrying many seconds of arrivals) goes as the body.
+/// The most bytes of a command sent as a header (a watch, whose ids are
+/// bounded far below it); a longer one has no header form.
 pub const COMMAND_HEADER_BYTES_MAX: usize = 4096;
 
 // edge/admin.rs, wasm/edge/objects.rs

@@ -314,12 +314,11 @@ pub fn shard_object(product_id: &str, index: u16) -> String {
     format!("{product_id}#{index}")
 }
 
-/// The request header that carries a command in a request to an object,
-/// when it fits: the Worker's watch (a WebSocket upgrade), and one object's
-/// call to another (a shard's report, home's push). A header is read
-/// synchronously, where a body is a stream read through a promise. Every
-/// other command of the Worker's goes by RPC, as its JSON (the object's
-/// `command`).
+/// The request header that carries a watch to an object: a WebSocket
+/// upgrade must be a request, and a header is read synchronously, where a
+/// body is a stream read through a promise. Every other command, the
+/// Worker's and one object's to another, goes by RPC, as its JSON (the
+/// object's `command`).
 pub const COMMAND_HEADER: &str = "flashgate-command";
 
 impl Command {
@@ -491,7 +490,7 @@ mod tests {
     }
 
     #[test]
-    fn a_command_too_long_for_a_header_goes_as_the_body() {
+    fn a_command_too_long_for_a_header_has_none() {
         let mut arrivals = flashgate_core::Arrivals::default();
         for s in 0..2_000u64 {
             let t = flashgate_core::Ticket {

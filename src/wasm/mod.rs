@@ -6,6 +6,7 @@ mod config;
 mod edge;
 mod http;
 mod object;
+mod rpc;
 
 use worker::js_sys;
 use worker::wasm_bindgen::{JsCast, JsValue};

@@ -25,7 +25,7 @@ use crate::edge::pipeline::{Head, Input, Pipeline, Step};
 use crate::edge::routes::{self, Route};
 use crate::http::problem::Problem;
 use crate::wasm::edge::request::{Field, Parts};
-use crate::wasm::{config, http, now_ms, random_bytes};
+use crate::wasm::{config, http, now_ms, random_bytes, rpc};
 
 thread_local! {
     // An isolate is single-threaded: requests interleave only at awaits,
@@ -137,22 +137,20 @@ async fn handle(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Res
                 Input::Snapshot(objects::lookup(env, &product_id).await)
             }
             Step::Random => Input::Random(random_bytes()),
-            Step::Forward(target) => {
-                match objects::forward_raw(env, &target.object, &target.command).await {
-                    Ok(resp) => {
-                        let status = resp.status();
-                        held = Some(resp);
-                        Input::Forwarded(Some(status))
-                    }
-                    Err(e) => {
-                        worker::console_error!(
-                            "flashgate edge: product {} unreachable: {e}",
-                            target.object
-                        );
-                        Input::Forwarded(None)
-                    }
+            Step::Forward(target) => match rpc::send(env, &target.object, &target.command).await {
+                Ok(resp) => {
+                    let status = resp.status();
+                    held = Some(resp);
+                    Input::Forwarded(Some(status))
                 }
-            }
+                Err(e) => {
+                    worker::console_error!(
+                        "flashgate edge: product {} unreachable: {e}",
+                        target.object
+                    );
+                    Input::Forwarded(None)
+                }
+            },
             Step::PassOn => {
                 return match held {
                     Some(resp) => Ok(resp),

@@ -37,7 +37,7 @@ use crate::object::product::{DeliveryOutcome, ProductObject};
 use crate::protocol::{Command, ShardAnswer, ShardAt};
 use crate::settings::Forwarding;
 use crate::wasm::object::sqlite::DoSql;
-use crate::wasm::{config, http, now_ms, random_bytes};
+use crate::wasm::{config, http, now_ms, random_bytes, rpc};
 use flashgate_core::escrow::{HomePush, ShardReply, ShardReport};
 use flashgate_core::HomeStep;
 use flashgate_wire::signing::{self, Purpose};
@@ -534,7 +534,7 @@ extern "C" {
 use crate::limits::HOME_RECHECK_MS;
 
 /// Sends `cmd` to the object named `name` (Durable Object to Durable
-/// Object, inside the Worker): as a header when it fits, else as the body.
+/// Object, inside the Worker, by RPC as the edge sends its commands).
 /// Reads the answer's JSON within `timeout_ms`.
 async fn exchange<T: serde::de::DeserializeOwned>(
     env: &Env,
@@ -543,35 +543,13 @@ async fn exchange<T: serde::de::DeserializeOwned>(
     timeout_ms: u64,
 ) -> Result<T, String> {
     let exchange = async {
-        let ns = env
-            .durable_object("PRODUCT_GATE")
-            .map_err(|e| e.to_string())?;
-        let stub = ns
-            .id_from_name(name)
-            .and_then(|id| id.get_stub())
-            .map_err(|e| e.to_string())?;
-        let headers = Headers::new();
-        let mut init = RequestInit::new();
-        match cmd.to_header() {
-            Some(header) => headers
-                .set(crate::protocol::COMMAND_HEADER, &header)
-                .map_err(|e| e.to_string())?,
-            // A report with many counters, or a push with a long waiting
-            // room, goes as the body.
-            None => {
-                let body = serde_json::to_string(cmd).map_err(|e| e.to_string())?;
-                init.with_body(Some(JsValue::from_str(&body)));
-            }
-        }
-        init.with_method(Method::Post).with_headers(headers);
-        let req = Request::new_with_init("https://product-gate/command", &init)
-            .map_err(|e| e.to_string())?;
-        let mut resp = stub
-            .fetch_with_request(req)
+        let resp = rpc::send(env, name, cmd).await.map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let text = JsFuture::from(resp.text().map_err(|e| format!("{e:?}"))?)
             .await
-            .map_err(|e| e.to_string())?;
-        let status = resp.status_code();
-        let text = resp.text().await.map_err(|e| e.to_string())?;
+            .map_err(|e| format!("{e:?}"))?
+            .as_string()
+            .unwrap_or_default();
         if status != 200 {
             return Err(format!("{status}: {text}"));
         }
@@ -846,17 +824,10 @@ impl ProductGate {
 
 impl ProductGate {
     async fn handle(&self, req: web_sys::Request) -> worker::Result<web_sys::Response> {
-        // The command comes as a header when it fits (read without a
-        // promise), else as the body. Text and serde_json, not
-        // `req.json()`: parsing in Rust is cheaper than building a JS
-        // object and converting it field by field.
-        let text = match command(&req, crate::protocol::COMMAND_HEADER) {
-            Some(header) => Ok(header),
-            None => JsFuture::from(req.text()?)
-                .await
-                .map(|t| t.as_string().unwrap_or_default())
-                .map_err(worker::Error::from),
-        };
+        // A request brings a watch, its command in a header (`rpc::send`);
+        // every other command comes by RPC, to `command`.
+        let text = command(&req, crate::protocol::COMMAND_HEADER)
+            .ok_or_else(|| worker::Error::RustError("a request without its command".into()));
         self.handle_command(text).await
     }
 
