@@ -6,6 +6,10 @@
 //   node bench/compare.mjs            the full run (BENCH_RUNS runs each, median)
 //   node bench/compare.mjs --smoke    a few seconds per system, one run, for CI;
 //                                     writes test-artifacts/compare-smoke.json
+//   BENCH_SYSTEMS=flashgate,lua-mq scripts/bench-compare
+//                                     those systems only (a name takes in its
+//                                     rows: "flashgate" both K), no fault
+//                                     runs; prints, and writes nothing
 //
 // Figures are medians over runs with their spread (min-max). Never fails on
 // speed; exits non-zero only when a run could not be made.
@@ -28,6 +32,9 @@ import { startCeiling } from "./ceiling.mjs";
 // imports this module.
 const SMOKE = process.argv.includes("--smoke") || process.env.FLASHGATE_COMPARE_SMOKE === "1";
 const RUNS = SMOKE ? 1 : Number(process.env.BENCH_RUNS ?? 3);
+/** `BENCH_SYSTEMS`: the systems to run, when not all of them. */
+const ONLY = process.env.BENCH_SYSTEMS?.split(",").map((s) => s.trim());
+const wanted = (system) => !ONLY || ONLY.some((s) => system === s || system.startsWith(`${s},`) || system.startsWith(`${s} `));
 const PROFILE = process.env.FLASHGATE_BENCH_PROFILE ?? (SMOKE ? "debug" : "release");
 const PG = process.env.FLASHGATE_TEST_PG ?? "postgres://root@127.0.0.1:5432/test";
 const MYSQL = process.env.FLASHGATE_TEST_MYSQL ?? "mysql://root@127.0.0.1:3306/test";
@@ -306,6 +313,7 @@ const SERVERS = {
  * system's serving processes as `procs()`, [name, pid] pairs. */
 async function measure(system, start, argsOf) {
   const rows = [];
+  if (!wanted(system)) return rows;
   for (const [wi, w] of WORKLOADS.entries()) {
     const runs = [];
     for (let run = 0; run < (w.runs ?? RUNS); run++) {
@@ -719,8 +727,9 @@ async function main() {
   const started = new Date();
   console.error(`compare: ${SMOKE ? "smoke" : "full"} run, ${RUNS} run(s) per system, ${PROFILE} binaries`);
   const rows = await systems();
-  console.error("fault runs:");
-  const faultRuns = await faults();
+  if (ONLY) console.error("fault runs: none, with BENCH_SYSTEMS");
+  else console.error("fault runs:");
+  const faultRuns = ONLY ? [] : await faults();
   const text = [
     `## flashgate beside the article's recipes`,
     "",
@@ -742,7 +751,7 @@ async function main() {
   if (SMOKE) {
     mkdirSync(join(ROOT, "test-artifacts"), { recursive: true });
     writeFileSync(join(ROOT, "test-artifacts/compare-smoke.json"), JSON.stringify({ rows, faults: faultRuns }, null, 1));
-  } else {
+  } else if (!ONLY) {
     writeResults(text);
   }
   return { rows, faults: faultRuns };

@@ -10,7 +10,9 @@
 // request (every request a fresh buyer with its own signed token, verified
 // at the edge, and a fresh key, so every one is a durable write), sold-out
 // refusals (answered at the edge), waiting-room polls (answered at the
-// edge), product reads, buyers' reads of their own holds (they reach the
+// edge), product reads, the gate's least answer (a path it has no route
+// for: the head read, the route and a 404, with no limit and no wait,
+// which every answer of the wasm gate costs at least), buyers' reads of their own holds (they reach the
 // object, which writes nothing), the ceiling's /each (one durable put per
 // request), /hop (a DO hop, no storage) and /plain (the Worker alone),
 // the ratios, the share of a sale's requests that reach the object (100
@@ -63,7 +65,7 @@ async function main() {
   const gate = await startGate();
   const api = client(gate.url);
   const ceiling = await startCeiling();
-  const results = { reserve: [], soldOut: [], polls: [], reads: [], objectReads: [], each: [], group: [], hop: [], plain: [], unreadBody: [] };
+  const results = { reserve: [], soldOut: [], polls: [], reads: [], least: [], objectReads: [], each: [], group: [], hop: [], plain: [], unreadBody: [] };
   // Tokens are signed before each run, so that the load generator's own
   // HMACs do not compete with workerd for the CPU during the measurement
   // (the ceiling's requests carry none).
@@ -144,6 +146,7 @@ async function main() {
       );
       // Buyer pages polling the product: answered from the edge's snapshot.
       results.reads.push(await load({ url: gate.url, pid: gate.proc.pid, connections: CONNECTIONS, durationMs: SECONDS * 1000, request: () => ({ path: `/api/products/${sold}` }) }));
+      results.least.push(await load({ url: gate.url, pid: gate.proc.pid, connections: CONNECTIONS, durationMs: SECONDS * 1000, request: () => ({ path: "/api/no-such-route" }) }));
       for (const [name, path] of [["each", "/each"], ["group", "/group"], ["hop", "/hop"], ["plain", "/plain"]]) {
         results[name].push(await load({ url: ceiling.url, pid: ceiling.proc.pid, connections: CONNECTIONS, durationMs: SECONDS * 1000, request: () => ({ path }) }));
       }
@@ -175,6 +178,7 @@ async function main() {
   console.log(`flashgate reserve on sold out     ${fmt(m.soldOut)}   statuses ${m.soldOut.statuses}`);
   console.log(`flashgate waiting-room polls      ${fmt(m.polls)}   statuses ${m.polls.statuses}`);
   console.log(`flashgate product reads (edge)    ${fmt(m.reads)}`);
+  console.log(`flashgate least answer (404)     ${fmt(m.least)}   statuses ${m.least.statuses}`);
   console.log(`flashgate own-hold reads (object) ${fmt(m.objectReads)}`);
   console.log(`ceiling /each (JS, put/request)   ${fmt(m.each)}`);
   console.log(`ceiling /group (JS, group commit) ${fmt(m.group)}`);
@@ -200,6 +204,7 @@ async function main() {
   console.log(`cpu ratio sold-out / ceiling-plain:    ${cpuRatio(m.soldOut, m.plain)}`);
   console.log(`cpu ratio polls / ceiling-plain:       ${cpuRatio(m.polls, m.plain)}`);
   console.log(`cpu ratio reads / ceiling-plain:       ${cpuRatio(m.reads, m.plain)}  (product reads at the edge; target 0.8)`);
+  console.log(`cpu ratio least answer / ceiling-plain: ${cpuRatio(m.least, m.plain)}  (a 404 with no limit and no wait: the most any edge answer can reach)`);
   const kinds = (rs) => JSON.stringify(rs.reduce((a, r) => { for (const [k, v] of Object.entries(r.errorKinds)) a[k] = (a[k] ?? 0) + v; return a; }, {}));
   // Client-side errors (connection resets and the like), for every row, so
   // that the gate's can be told from the runtime's.
