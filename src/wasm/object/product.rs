@@ -543,13 +543,12 @@ async fn exchange<T: serde::de::DeserializeOwned>(
     timeout_ms: u64,
 ) -> Result<T, String> {
     let exchange = async {
-        let resp = rpc::send(env, name, cmd).await.map_err(|e| e.to_string())?;
-        let status = resp.status();
-        let text = JsFuture::from(resp.text().map_err(|e| format!("{e:?}"))?)
+        let mut resp = rpc::send(env, name, cmd)
             .await
-            .map_err(|e| format!("{e:?}"))?
-            .as_string()
-            .unwrap_or_default();
+            .map(Response::from)
+            .map_err(|e| e.to_string())?;
+        let status = resp.status_code();
+        let text = resp.text().await.map_err(|e| e.to_string())?;
         if status != 200 {
             return Err(format!("{status}: {text}"));
         }
@@ -757,8 +756,9 @@ impl ProductGate {
         Ok(self.handle(req).await?)
     }
 
-    /// A command of the Worker's, by Durable Object RPC: its JSON,
-    /// answered as `fetch` answers one in a request. The runtime offers
+    /// A command of the Worker's, or of another object of the product,
+    /// by Durable Object RPC (`rpc::send`): its JSON, answered as `fetch`
+    /// answers a watch in a request. The runtime offers
     /// this method because the entry module's class extends its
     /// `DurableObject`.
     pub async fn command(&self, text: String) -> Result<web_sys::Response, JsValue> {
