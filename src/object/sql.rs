@@ -328,7 +328,9 @@ fn put(db: &mut impl SqlDb, row: &Row) -> Result<(), StorageError> {
         // rows a Durable Object counts (`work.isolate` in the stats), 2,000
         // buyers at 64 at a time, each reserving and paying: 4.36 rows a
         // confirm with them set, 3.35 without; `scripts/bench-compare`'s
-        // cost model has the whole sale's rows per click.
+        // cost model has the whole sale's rows per click. Should the core
+        // ever change them, `tests/sql_storage.rs`, which restores the gate
+        // from the database after every step, would see the stale columns.
         Row::Reservation(r) => db.exec(
             "INSERT INTO reservations (id, buyer, idem_key, quantity, state,
                 expires_at_ms, payment_ref, confirmed_at_ms, outbox_seq, voided_at_ms,
