@@ -12,8 +12,8 @@
 // refusals (answered at the edge), waiting-room polls (answered at the
 // edge), product reads, the gate's least answer (a path it has no route
 // for: the head read, the route and a 404, with no limit and no wait,
-// which every answer of the wasm gate costs at least), buyers' reads of their own holds (they reach the
-// object, which writes nothing), the ceiling's /each (one durable put per
+// which every answer of the wasm gate costs at least), buyers' reads of
+// their own holds (they reach the object, which writes nothing), the ceiling's /each (one durable put per
 // request), /hop (a DO hop, no storage) and /plain (the Worker alone),
 // the ratios, the share of a sale's requests that reach the object (100
 // units, 20,000 clicks), the wasm size raw and gzipped, cold start,

@@ -757,10 +757,10 @@ impl ProductGate {
     }
 
     /// A command of the Worker's, or of another object of the product,
-    /// by Durable Object RPC (`rpc::send`): its JSON, answered as `fetch`
-    /// answers a watch in a request. The runtime offers
-    /// this method because the entry module's class extends its
-    /// `DurableObject`.
+    /// by Durable Object RPC (`rpc::send`): its JSON in, the command's
+    /// answer out as a `Response`, decided by the same `handle_command` a
+    /// watch's request goes through. The runtime offers this method
+    /// because the entry module's class extends its `DurableObject`.
     pub async fn command(&self, text: String) -> Result<web_sys::Response, JsValue> {
         views::count_event();
         Ok(self.handle_command(Ok(text)).await?)
